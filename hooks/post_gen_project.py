@@ -1,0 +1,25 @@
+"""Keep only what the chosen task type needs: its model file and its tests."""
+
+import shutil
+from pathlib import Path
+
+TASK = "{{ cookiecutter.__task_slug }}"
+PACKAGE = "{{ cookiecutter.__package_name }}"
+TASKS = Path("_tasks")
+
+
+def install_task_files() -> None:
+    chosen = TASKS / TASK
+    if not chosen.is_dir():  # already laid out (a re-run over an existing engine)
+        return
+    shutil.move(str(chosen / "model.py"), Path("src") / PACKAGE / "model.py")
+    shutil.move(str(chosen / "test_task.py"), Path("tests") / "test_task.py")
+
+
+def remove_other_tasks() -> None:
+    shutil.rmtree(TASKS, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    install_task_files()
+    remove_other_tasks()

@@ -1,0 +1,57 @@
+"""Image Classification: `predict` gives the top label, `predict_proba` every label with its score."""
+
+import json
+
+import numpy as np
+import requests
+
+from chariot_support.testing import as_image, chariot_request, image_input
+from {{ cookiecutter.__package_name }}.model import Model
+
+
+def classify(engine, model_name, pixels, **parameters):
+    body = chariot_request(image_input("image-0", pixels, **parameters))
+    response = requests.post(f"{engine.url}/v2/models/{model_name}/infer", data=json.dumps(body), timeout=30)
+    assert response.status_code == 200, response.text
+    return response.json()["outputs"][0]["data"][0]
+
+
+def mostly(colour):
+    pixels = np.zeros((120, 160, 3), np.uint8)
+    pixels[10:110, 10:100] = colour
+    pixels[50:60, 120:130] = (0, 0, 255)
+    return pixels
+
+
+def test_model_scores_every_label(tmp_path, scene):
+    model = Model()
+    model.load(tmp_path)
+    (results,) = model.predict([as_image(scene.pixels)], {})
+    assert sorted(r.label for r in results) == ["blue", "green", "red"]
+    assert abs(sum(r.score for r in results) - 1) < 1e-6
+
+
+def test_predict_gives_the_dominant_colour(engine, model_name):
+    assert [r["label"] for r in classify(engine, model_name, mostly((255, 0, 0)), action="predict")] == ["red"]
+    assert [r["label"] for r in classify(engine, model_name, mostly((0, 255, 0)))] == ["green"]
+
+
+def test_predict_proba_gives_every_label_best_first(engine, model_name):
+    results = classify(engine, model_name, mostly((0, 255, 0)), action="predict_proba")
+    assert [r["label"] for r in results][0] == "green"
+    assert sorted(r["label"] for r in results) == ["blue", "green", "red"]
+    assert all(set(r) == {"label", "score"} for r in results)
+    assert [r["score"] for r in results] == sorted((r["score"] for r in results), reverse=True)
+    assert abs(sum(r["score"] for r in results) - 1) < 1e-6
+
+
+def test_score_threshold_applies_to_probabilities(engine, model_name):
+    results = classify(engine, model_name, mostly((255, 0, 0)), action="predict_proba", score_threshold=0.5)
+    assert [r["label"] for r in results] == ["red"]
+
+
+def test_detect_is_not_a_classification_action(engine, model_name):
+    body = chariot_request(image_input("image-0", mostly((255, 0, 0)), action="detect"))
+    response = requests.post(f"{engine.url}/v2/models/{model_name}/infer", data=json.dumps(body), timeout=30)
+    assert response.status_code == 400
+    assert "'predict', 'predict_proba'" in response.json()["error"]

@@ -1,0 +1,51 @@
+"""Image Segmentation: OpenCV contours in pixels, checked against the shapes drawn in the test."""
+
+import json
+import math
+
+import cv2
+import numpy as np
+import requests
+
+from chariot_support.testing import as_image, chariot_request, image_input
+from {{ cookiecutter.__package_name }}.model import Model
+
+
+def segment(engine, model_name, scene, **parameters):
+    body = chariot_request(image_input("image-0", scene.pixels, **parameters))
+    response = requests.post(f"{engine.url}/v2/models/{model_name}/infer", data=json.dumps(body), timeout=30)
+    assert response.status_code == 200, response.text
+    return {r["label"]: r for r in response.json()["outputs"][0]["data"][0]}
+
+
+def polygon(points):
+    return np.array([[p["x"], p["y"]] for p in points], np.float32)
+
+
+def test_model_finds_each_drawn_shape(tmp_path, scene):
+    model = Model()
+    model.load(tmp_path)
+    (results,) = model.predict([as_image(scene.pixels)], {})
+    assert sorted(r.label for r in results) == ["blue", "green", "red"]
+
+
+def test_contours_outline_the_drawn_shapes(engine, model_name, scene):
+    found = segment(engine, model_name, scene)
+    assert set(found) == {"red", "green", "blue"}
+    for result in found.values():
+        assert set(result) == {"label", "score", "contour"}
+        assert all(set(point) == {"x", "y"} for part in result["contour"] for point in part)
+    (red,) = found["red"]["contour"]
+    xmin, ymin, xmax, ymax = scene.red_box
+    x, y, w, h = cv2.boundingRect(polygon(red))
+    assert (x, y, x + w, y + h) == (xmin, ymin, xmax, ymax)
+    assert cv2.contourArea(polygon(red)) == (xmax - xmin - 1) * (ymax - ymin - 1)
+    (green,) = found["green"]["contour"]
+    assert abs(cv2.contourArea(polygon(green)) - math.pi * scene.green_radius**2) < 0.08 * math.pi * scene.green_radius**2
+    (blue,) = found["blue"]["contour"]
+    assert cv2.pointPolygonTest(polygon(blue), scene.blue_centre, False) > 0
+
+
+def test_score_threshold_applies(engine, model_name, scene):
+    scores = sorted(r["score"] for r in segment(engine, model_name, scene).values())
+    assert len(segment(engine, model_name, scene, score_threshold=scores[-1])) == 1

@@ -1,0 +1,47 @@
+"""Image Text to Text: one {prompt, answer} per prompt, per image, in prompt order."""
+
+import json
+
+import numpy as np
+import requests
+
+from chariot_support.testing import as_image, chariot_request, image_input
+from {{ cookiecutter.__package_name }}.model import Model
+
+PROMPTS = ["how many regions are there?", "is there anything red?", "is there anything green?"]
+
+
+def ask(engine, model_name, body):
+    return requests.post(f"{engine.url}/v2/models/{model_name}/infer", data=json.dumps(body), timeout=30)
+
+
+def test_model_answers_each_prompt(tmp_path, scene):
+    model = Model()
+    model.load(tmp_path)
+    (answers,) = model.predict([as_image(scene.pixels, prompts=PROMPTS)], {})
+    assert [a.prompt for a in answers] == PROMPTS
+
+
+def test_answers_follow_the_prompts_in_order(engine, model_name, scene):
+    response = ask(engine, model_name, chariot_request(image_input("image-0", scene.pixels, prompts=PROMPTS)))
+    assert response.status_code == 200, response.text
+    answers = response.json()["outputs"][0]["data"][0]
+    assert [a["prompt"] for a in answers] == PROMPTS
+    assert all(set(a) == {"prompt", "answer"} for a in answers)
+    assert "3" in answers[0]["answer"]
+    assert "red" in answers[1]["answer"]
+
+
+def test_request_level_prompts_apply_to_every_image(engine, model_name, scene):
+    only_red = np.zeros_like(scene.pixels)
+    only_red[10:60, 10:60] = (255, 0, 0)
+    body = chariot_request(image_input("a", scene.pixels), image_input("b", only_red), prompts=PROMPTS[:2])
+    outputs = ask(engine, model_name, body).json()["outputs"]
+    assert [[a["prompt"] for a in o["data"][0]] for o in outputs] == [PROMPTS[:2], PROMPTS[:2]]
+    assert outputs[0]["data"][0][0]["answer"] != outputs[1]["data"][0][0]["answer"]
+
+
+def test_prompts_are_required(engine, model_name, scene):
+    response = ask(engine, model_name, chariot_request(image_input("image-0", scene.pixels)))
+    assert response.status_code == 400
+    assert "prompts" in response.json()["error"]

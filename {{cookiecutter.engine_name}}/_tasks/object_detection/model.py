@@ -1,0 +1,36 @@
+"""Your model: the one file to edit. Replace load and predict with your own; the engine does the rest.
+
+Everything Chariot-specific (decoding requests, checking and formatting results, metadata passthrough,
+routes) lives in `chariot_support`. Until you replace it, predict runs a demo that finds saturated red,
+green and blue regions, so the engine gives real results right away.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from chariot_support import ChariotModel, Detection, Image, TaskType
+from chariot_support.demo import ColourFinder
+
+
+class Model(ChariotModel):
+    task_type = TaskType.OBJECT_DETECTION
+    thread_safe = True  # the demo keeps no per-request state
+
+    def load(self, model_dir: Path) -> None:
+        # Read weights, labels and settings from model_dir (Chariot unpacks the model there; MODEL_DIR,
+        # default /mnt/models). The demo reads optional thresholds from model_dir/colours.json.
+        self.finder = ColourFinder.from_dir(model_dir)
+
+    def predict(self, images: Sequence[Image], tensors: Mapping[str, np.ndarray]) -> list[list[Detection]]:
+        # Boxes are in pixels, y down. The engine drops results under the request's score_threshold.
+        return [
+            [
+                Detection(label=r.label, score=r.score, xmin=r.bbox[0], ymin=r.bbox[1], xmax=r.bbox[2], ymax=r.bbox[3])
+                for r in self.finder.find(image.pixels)
+            ]
+            for image in images
+        ]

@@ -1,0 +1,56 @@
+"""Object Detection: boxes in pixels, y down, checked against the shapes drawn in the test."""
+
+import json
+
+import requests
+
+from chariot_support.testing import as_image, chariot_request, image_input
+from {{ cookiecutter.__package_name }}.model import Model
+
+
+def by_label(results):
+    return {r["label"]: r for r in results}
+
+
+def detect(engine, model_name, scene, **parameters):
+    body = chariot_request(image_input("image-0", scene.pixels, **parameters))
+    response = requests.post(f"{engine.url}/v2/models/{model_name}/infer", data=json.dumps(body), timeout=30)
+    assert response.status_code == 200, response.text
+    return response.json()["outputs"][0]["data"][0]
+
+
+def test_model_finds_each_drawn_shape(tmp_path, scene):
+    model = Model()
+    model.load(tmp_path)
+    (results,) = model.predict([as_image(scene.pixels)], {})
+    assert sorted(r.label for r in results) == ["blue", "green", "red"]
+
+
+def test_boxes_match_the_drawn_shapes(engine, model_name, scene):
+    found = by_label(detect(engine, model_name, scene, action="detect"))
+    assert set(found) == {"red", "green", "blue"}
+    red = found["red"]
+    assert (red["xmin"], red["ymin"], red["xmax"], red["ymax"]) == scene.red_box
+    cx, cy = scene.green_centre
+    r = scene.green_radius
+    green = found["green"]
+    assert abs(green["xmin"] - (cx - r)) <= 1 and abs(green["xmax"] - (cx + r + 1)) <= 1
+    assert abs(green["ymin"] - (cy - r)) <= 1 and abs(green["ymax"] - (cy + r + 1)) <= 1
+    blue = found["blue"]
+    assert blue["xmin"] < scene.blue_centre[0] < blue["xmax"] and blue["ymin"] < scene.blue_centre[1] < blue["ymax"]
+    for result in found.values():
+        assert set(result) == {"label", "score", "xmin", "xmax", "ymin", "ymax"}
+        assert 0 < result["score"] <= 1
+
+
+def test_score_threshold_drops_weaker_results(engine, model_name, scene):
+    everything = detect(engine, model_name, scene)
+    scores = sorted(r["score"] for r in everything)
+    cut = (scores[0] + scores[1]) / 2
+    kept = detect(engine, model_name, scene, score_threshold=cut)
+    assert len(kept) == len(everything) - 1
+    assert all(r["score"] >= cut for r in kept)
+
+
+def test_empty_image_has_no_detections(engine, model_name, scene):
+    assert detect(engine, model_name, type(scene)(pixels=scene.pixels * 0)) == []

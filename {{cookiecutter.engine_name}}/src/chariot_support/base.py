@@ -1,0 +1,35 @@
+"""The contract between an engine author's model and the engine: subclass ChariotModel, fill in load and predict."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import ClassVar, Mapping, Sequence
+
+import numpy as np
+
+from .decoding import Image
+from .tasks import TaskType
+
+
+class ChariotModel:
+    """An engine's model. The engine creates it once, calls `load` once, then `predict` per request.
+
+    `task_type` says which Chariot result format predict returns. Set `thread_safe = True` when predict may run
+    for several requests at once (most frameworks allow it); otherwise the engine calls it one request at a time.
+    """
+
+    task_type: ClassVar[TaskType]
+    thread_safe: ClassVar[bool] = False
+
+    def load(self, model_dir: Path) -> None:
+        """Load weights and settings from `model_dir` (Chariot unpacks the model's files there)."""
+
+    def predict(self, images: Sequence[Image], tensors: Mapping[str, np.ndarray]) -> list[list]:
+        """Return one list of results per image, in order.
+
+        Each `Image` has `pixels` (RGB uint8, H x W x 3), `name`, `action`, `score_threshold`, `prompts` and
+        the merged request `parameters`. `tensors` holds the request's non-image inputs by name, decoded to
+        their datatype and shape. The engine applies `score_threshold` and the classification `action` to what
+        you return, so return every result you have with its score.
+        """
+        raise NotImplementedError(f"{type(self).__name__}.predict is not written yet")

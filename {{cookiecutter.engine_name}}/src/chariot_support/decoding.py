@@ -1,0 +1,331 @@
+"""Reading a chariot-v2-kserve request: its inputs, parameters and metadata, checked against the protocol,
+with every rejection naming the input and what was expected."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import io
+import json
+import math
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+import cv2
+import numpy as np
+import PIL.Image
+from mlserver.types import InferenceRequest, Parameters, RequestInput
+
+from .errors import BadRequest
+from .tasks import TaskType
+
+NUMERIC_DTYPES = {
+    "BOOL": np.bool_,
+    "UINT8": np.uint8,
+    "UINT16": np.uint16,
+    "UINT32": np.uint32,
+    "UINT64": np.uint64,
+    "INT8": np.int8,
+    "INT16": np.int16,
+    "INT32": np.int32,
+    "INT64": np.int64,
+    "FP16": np.float16,
+    "FP32": np.float32,
+    "FP64": np.float64,
+}
+# BYTES inputs carry images unless they say they carry text.
+TEXT_CONTENT_TYPES = ("str", "string", "text")
+IMAGE_CONTENT_TYPES = (None, "base64", "image", "pil_image", "img")
+# The start of each image format the decoder reads, to tell raw image bytes from base64 ones.
+_IMAGE_MAGIC = (b"\xff\xd8\xff", b"\x89PNG", b"GIF8", b"BM", b"II*\x00", b"MM\x00*", b"RIFF")
+
+
+@dataclass(frozen=True)
+class Limits:
+    """How much one request may ask of the engine."""
+
+    max_inputs: int = 64
+    max_image_pixels: int = 100_000_000
+
+
+@dataclass(frozen=True)
+class ImageInput:
+    """One image input as sent, before its pixels are decoded."""
+
+    name: str
+    encoded: bytes
+    action: str
+    score_threshold: float | None
+    prompts: tuple[str, ...]
+    parameters: Mapping[str, Any]
+    metadata: str | None
+
+
+@dataclass(frozen=True)
+class Image:
+    """One image handed to predict: RGB pixels, plus the request's settings for it."""
+
+    name: str
+    pixels: np.ndarray = field(repr=False)
+    action: str
+    score_threshold: float | None
+    prompts: tuple[str, ...]
+    parameters: Mapping[str, Any]
+
+    @property
+    def width(self) -> int:
+        return int(self.pixels.shape[1])
+
+    @property
+    def height(self) -> int:
+        return int(self.pixels.shape[0])
+
+
+@dataclass(frozen=True)
+class ParsedRequest:
+    images: tuple[ImageInput, ...]
+    tensors: Mapping[str, np.ndarray]
+    metadata: str | None
+
+
+def parameters_of(parameters: Parameters | None) -> dict[str, Any]:
+    """A parameters object as a plain dict, without the transport headers MLServer tucks into it."""
+    if parameters is None:
+        return {}
+    values = dict(parameters.model_extra or {})
+    if parameters.content_type is not None:
+        values["content_type"] = parameters.content_type
+    return values
+
+
+def parse_request(request: InferenceRequest, task: TaskType, limits: Limits = Limits()) -> ParsedRequest:
+    """Check the envelope and every input; raise BadRequest naming the first problem."""
+    if not request.inputs:
+        raise BadRequest("the request has no inputs: send at least one image as a BYTES input")
+    if len(request.inputs) > limits.max_inputs:
+        raise BadRequest(f"the request has {len(request.inputs)} inputs; this engine takes at most {limits.max_inputs}")
+    shared = parameters_of(request.parameters)
+    metadata = read_metadata(shared, "parameters.metadata")
+    images: list[ImageInput] = []
+    tensors: dict[str, np.ndarray] = {}
+    seen: set[str] = set()
+    for index, tensor in enumerate(request.inputs):
+        where = f"input '{tensor.name}'" if tensor.name else f"inputs[{index}]"
+        if not tensor.name:
+            raise BadRequest(f"{where} has an empty name; give every input a name")
+        if tensor.name in seen:
+            raise BadRequest(f"{where} appears twice; input names must be unique")
+        seen.add(tensor.name)
+        own = parameters_of(tensor.parameters)
+        content_type = own.get("content_type")
+        if _datatype(tensor) == "BYTES" and content_type in IMAGE_CONTENT_TYPES:
+            images.append(_image_input(tensor, where, own, shared, task))
+        else:
+            tensors[tensor.name] = decode_tensor(tensor, where)
+    if not images:
+        raise BadRequest("the request has no image input: send each image as a BYTES input holding base64 of the file")
+    return ParsedRequest(images=tuple(images), tensors=tensors, metadata=metadata)
+
+
+def read_metadata(parameters: Mapping[str, Any], where: str) -> str | None:
+    """Chariot's metadata is a JSON-encoded string; it is checked, then passed through untouched."""
+    if "metadata" not in parameters:
+        return None
+    value = parameters["metadata"]
+    if not isinstance(value, str):
+        raise BadRequest(
+            f"{where} must be a JSON-encoded string (json.dumps of an object), got {type(value).__name__}"
+        )
+    try:
+        decoded = json.loads(value)
+    except ValueError as exc:
+        raise BadRequest(f"{where} is not valid JSON: {exc}") from None
+    if not isinstance(decoded, dict):
+        raise BadRequest(f"{where} must encode a JSON object, got {type(decoded).__name__}")
+    return value
+
+
+def _setting(name: str, own: Mapping[str, Any], shared: Mapping[str, Any]) -> tuple[Any, str]:
+    if name in own:
+        return own[name], "parameters"
+    return shared.get(name), "request parameters"
+
+
+def _image_input(
+    tensor: RequestInput, where: str, own: Mapping[str, Any], shared: Mapping[str, Any], task: TaskType
+) -> ImageInput:
+    values = _flat_data(tensor, where)
+    _check_shape(tensor.shape, len(values), where)
+    if len(values) != 1:
+        raise BadRequest(f"{where} holds {len(values)} images; send each image as its own input with shape [1]")
+    action, source = _setting("action", own, shared)
+    if action is None:
+        action = task.actions[0]
+    elif action not in task.actions:
+        allowed = ", ".join(repr(a) for a in task.actions)
+        raise BadRequest(f"{where}: unknown action {action!r} in {source} for {task.value}; allowed: {allowed}")
+    threshold, source = _setting("score_threshold", own, shared)
+    prompts, prompts_source = _setting("prompts", own, shared)
+    prompts = _read_prompts(prompts, f"{where}: 'prompts' in {prompts_source}")
+    if task is TaskType.IMAGE_TEXT_TO_TEXT and not prompts:
+        raise BadRequest(f"{where}: Image Text to Text needs a 'prompts' parameter: a list of questions about the image")
+    merged = {k: v for k, v in {**shared, **own}.items() if k != "metadata"}
+    return ImageInput(
+        name=tensor.name,
+        encoded=_image_bytes(values[0], where),
+        action=action,
+        score_threshold=_read_threshold(threshold, f"{where}: 'score_threshold' in {source}"),
+        prompts=prompts,
+        parameters=merged,
+        metadata=read_metadata(own, f"{where}: parameters.metadata"),
+    )
+
+
+def _read_threshold(value: Any, where: str) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        try:
+            value = float(value)
+        except ValueError:
+            raise BadRequest(f"{where} must be a number between 0 and 1, got {value!r}") from None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
+        raise BadRequest(f"{where} must be a number between 0 and 1, got {value!r}")
+    return float(value)
+
+
+def _read_prompts(value: Any, where: str) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    # gRPC parameters cannot hold lists, so a JSON-encoded list is accepted too.
+    if isinstance(value, str) and value.lstrip().startswith("["):
+        try:
+            value = json.loads(value)
+        except ValueError as exc:
+            raise BadRequest(f"{where} looks like a JSON list but is not valid JSON: {exc}") from None
+    elif isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not all(isinstance(p, str) for p in value):
+        raise BadRequest(f"{where} must be a list of strings, got {json.dumps(value)[:100]}")
+    return tuple(value)
+
+
+def _image_bytes(value: Any, where: str) -> bytes:
+    if isinstance(value, (bytes, bytearray)):
+        if bytes(value[:4]).startswith(_IMAGE_MAGIC):
+            return bytes(value)
+        value = bytes(value).decode("ascii", errors="replace")
+    if not isinstance(value, str):
+        raise BadRequest(f"{where}: data[0] must be a base64 string of an image file, got {type(value).__name__}")
+    try:
+        raw = base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError):
+        try:
+            # Tolerate line-wrapped base64 (MIME style), nothing else.
+            raw = base64.b64decode("".join(value.split()), validate=True)
+        except (binascii.Error, ValueError) as exc:
+            raise BadRequest(f"{where}: data[0] is not valid base64 ({exc}); send the image file as standard base64") from None
+    if not raw:
+        raise BadRequest(f"{where}: data[0] is empty; send the image file as base64")
+    return raw
+
+
+def decode_image(encoded: bytes, where: str, limits: Limits = Limits()) -> np.ndarray:
+    """Decode an image file to RGB uint8 pixels (H, W, 3), honouring EXIF orientation."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", PIL.Image.DecompressionBombWarning)
+            with PIL.Image.open(io.BytesIO(encoded)) as header:
+                width, height = header.size  # read from the header alone: no pixels decoded yet
+    except (PIL.UnidentifiedImageError, PIL.Image.DecompressionBombError, OSError, ValueError):
+        raise BadRequest(f"{where}: data[0] is not an image this engine can read (JPEG, PNG, BMP, TIFF, WebP, GIF)") from None
+    if width * height > limits.max_image_pixels:
+        raise BadRequest(
+            f"{where}: the image is {width}x{height} pixels, more than the {limits.max_image_pixels} this engine accepts"
+        )
+    if width == 0 or height == 0:
+        raise BadRequest(f"{where}: the image has no pixels ({width}x{height})")
+    pixels = cv2.imdecode(np.frombuffer(encoded, np.uint8), cv2.IMREAD_COLOR_RGB)
+    if pixels is None:
+        raise BadRequest(f"{where}: data[0] could not be decoded as an image; is the file complete?")
+    return pixels
+
+
+def _datatype(tensor: RequestInput) -> str:
+    return getattr(tensor.datatype, "value", tensor.datatype)
+
+
+def _flat_data(tensor: RequestInput, where: str) -> list:
+    data = tensor.data.root if hasattr(tensor.data, "root") else tensor.data
+    if not isinstance(data, list):
+        data = [data]
+    if any(isinstance(v, list) for v in data):
+        flat: list = []
+        stack = [iter(data)]
+        while stack:
+            for item in stack[-1]:
+                if isinstance(item, list):
+                    stack.append(iter(item))
+                    break
+                flat.append(item)
+            else:
+                stack.pop()
+        data = flat
+    return data
+
+
+def _check_shape(shape: list[int], count: int, where: str) -> tuple[int, ...]:
+    """Check `shape` against the element count and return it with any -1 filled in."""
+    if not shape:
+        raise BadRequest(f"{where}: shape is empty; give the tensor's dimensions, e.g. [1]")
+    if shape.count(-1) > 1:
+        raise BadRequest(f"{where}: shape {shape} has more than one variable (-1) dimension")
+    bad = [d for d in shape if d == 0 or d < -1 or d >= 2**63]
+    if bad:
+        raise BadRequest(f"{where}: shape {shape} has an invalid dimension {bad[0]}; dimensions are positive, or -1 for variable")
+    known = math.prod(d for d in shape if d != -1)
+    if -1 in shape:
+        if count == 0 or count % known:
+            raise BadRequest(f"{where}: {count} data elements do not fit shape {shape}")
+        return tuple(count // known if d == -1 else d for d in shape)
+    if known != count:
+        raise BadRequest(f"{where}: shape {shape} holds {known} elements but data has {count}")
+    return tuple(shape)
+
+
+def decode_tensor(tensor: RequestInput, where: str) -> np.ndarray:
+    """Decode a non-image input to a numpy array of its datatype and shape, checking every value fits."""
+    values = _flat_data(tensor, where)
+    shape = _check_shape(tensor.shape, len(values), where)
+    datatype = _datatype(tensor)
+    if datatype == "BYTES":
+        if not all(isinstance(v, (str, bytes)) for v in values):
+            raise BadRequest(f"{where}: BYTES data must be strings")
+        return np.array(values, dtype=object).reshape(shape)
+    target = np.dtype(NUMERIC_DTYPES[datatype])
+    if any(isinstance(v, (str, bytes, dict)) or v is None for v in values):
+        raise BadRequest(f"{where}: {datatype} data must be numbers, got {next(v for v in values if not isinstance(v, (int, float)))!r}")
+    array = np.asarray(values)
+    kind = array.dtype.kind
+    if target.kind == "b":
+        if kind == "b" or (kind in "iu" and np.isin(array, (0, 1)).all()):
+            return array.astype(target).reshape(shape)
+        raise BadRequest(f"{where}: BOOL data must be true/false")
+    if target.kind in "iu":
+        if kind == "f":
+            if not (np.isfinite(array).all() and (array == np.floor(array)).all()):
+                raise BadRequest(f"{where}: {datatype} data must be whole numbers")
+        elif kind == "O":  # Python ints too large for int64
+            raise BadRequest(f"{where}: a value is out of range for {datatype}")
+        info = np.iinfo(target)
+        if array.size and (array.min() < info.min or array.max() > info.max):
+            raise BadRequest(f"{where}: a value is out of range for {datatype} ({info.min}..{info.max})")
+        return array.astype(target).reshape(shape)
+    if kind == "b":
+        raise BadRequest(f"{where}: {datatype} data must be numbers, got booleans")
+    with np.errstate(over="ignore"):
+        cast = array.astype(target)
+    if np.isinf(cast).any() and not np.isinf(array.astype(np.float64)).any():
+        raise BadRequest(f"{where}: a value is out of range for {datatype}")
+    return cast.reshape(shape)

@@ -1,0 +1,137 @@
+"""Weight-free demo "model": finds saturated red, green and blue regions on a dark background.
+
+Every baked engine ships this so it runs end to end before real weights are wired in.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+import cv2
+import numpy as np
+
+LABELS = ("red", "green", "blue")
+
+# Hue bands on OpenCV's 0..179 scale; red straddles 0 so it needs two bands.
+_HUE_BANDS: dict[str, tuple[tuple[int, int], ...]] = {
+    "red": ((0, 10), (170, 179)),
+    "green": ((35, 85),),
+    "blue": ((100, 130),),
+}
+# Area (px) at which the size factor of the score reaches 0.5; keeps tiny blobs from scoring high.
+_SIZE_HALF_POINT = 500.0
+_OPEN_KERNEL = cv2.getStructuringElement(cv2.MORPH_RECT, (3, 3))
+
+
+@dataclass(frozen=True)
+class ColourRegion:
+    label: str
+    score: float
+    contour: np.ndarray
+    area: float
+    bbox: tuple[int, int, int, int]
+    rotated_box: tuple[tuple[float, float], tuple[float, float], float]
+
+
+@dataclass(frozen=True)
+class ColourFinder:
+    min_area: int = 50
+    min_saturation: int = 100
+    min_value: int = 80
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            # bool is an int subclass, but True as a threshold is always a config mistake.
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise ValueError(f"{f.name} must be an int, got {value!r}")
+        if self.min_area < 1 or not (0 <= self.min_saturation <= 255 and 0 <= self.min_value <= 255):
+            raise ValueError("need min_area >= 1 and min_saturation, min_value in 0..255")
+
+    @classmethod
+    def from_dir(cls, model_dir: Path) -> ColourFinder:
+        """Load threshold overrides from ``model_dir/colours.json``; defaults when it is absent."""
+        path = Path(model_dir) / "colours.json"
+        if not path.is_file():
+            return cls()
+        overrides = json.loads(path.read_text())
+        if not isinstance(overrides, dict):
+            raise ValueError(f"{path} must hold a JSON object")
+        allowed = sorted(f.name for f in fields(cls))
+        for key in overrides:
+            if key not in allowed:
+                raise ValueError(f"unknown key {key!r} in {path}; allowed: {', '.join(allowed)}")
+        return cls(**overrides)
+
+    def find(self, rgb: np.ndarray) -> list[ColourRegion]:
+        """All colour regions of at least ``min_area`` pixels, best score first."""
+        if rgb.ndim != 3 or rgb.shape[2] != 3 or rgb.dtype != np.uint8:
+            raise ValueError(f"expected an RGB uint8 image of shape (H, W, 3), got {rgb.dtype} {rgb.shape}")
+        hsv = cv2.cvtColor(rgb, cv2.COLOR_RGB2HSV)
+        saturation = np.ascontiguousarray(hsv[:, :, 1])  # OpenCV needs a dense plane for ROI means
+        regions = []
+        for label in LABELS:
+            mask = np.zeros(hsv.shape[:2], np.uint8)
+            for lo, hi in _HUE_BANDS[label]:
+                band = cv2.inRange(hsv, (lo, self.min_saturation, self.min_value), (hi, 255, 255))
+                mask = cv2.bitwise_or(mask, band)
+            mask = cv2.morphologyEx(mask, cv2.MORPH_OPEN, _OPEN_KERNEL)
+            contours, _ = cv2.findContours(mask, cv2.RETR_EXTERNAL, cv2.CHAIN_APPROX_SIMPLE)
+            for contour in contours:
+                x, y, w, h = cv2.boundingRect(contour)
+                if w * h < self.min_area:  # cheap reject before rasterising the contour
+                    continue
+                # Work inside the bounding box so cost scales with the region, not the image.
+                inside = np.zeros((h, w), np.uint8)
+                cv2.drawContours(inside, [contour], -1, 255, cv2.FILLED, offset=(-x, -y))
+                inside = cv2.bitwise_and(inside, mask[y : y + h, x : x + w])
+                area = float(cv2.countNonZero(inside))
+                if area < self.min_area:
+                    continue
+                mean_sat = cv2.mean(saturation[y : y + h, x : x + w], mask=inside)[0]
+                # score = mean saturation (0..1) * area / (area + 500): both factors in (0, 1].
+                score = float(mean_sat / 255.0 * area / (area + _SIZE_HALF_POINT))
+                (cx, cy), (rw, rh), angle = cv2.minAreaRect(contour)
+                regions.append(ColourRegion(
+                    label=label, score=score, contour=contour, area=area,
+                    bbox=(x, y, x + w, y + h),
+                    rotated_box=((float(cx), float(cy)), (float(rw), float(rh)), float(angle)),
+                ))
+        regions.sort(key=lambda r: (-r.score, r.label, r.bbox))
+        return regions
+
+    def class_scores(self, rgb: np.ndarray) -> dict[str, float]:
+        """Share of coloured "mass" (area * mean saturation) per label; equal thirds if none."""
+        weights = dict.fromkeys(LABELS, 0.0)
+        for region in self.find(rgb):
+            # score / size factor recovers mean saturation, so this is area * mean_sat / 255.
+            weights[region.label] += region.score * (region.area + _SIZE_HALF_POINT)
+        total = sum(weights.values())
+        if total <= 0:
+            return {label: 1.0 / len(LABELS) for label in LABELS}
+        return {label: weights[label] / total for label in LABELS}
+
+    def describe(self, rgb: np.ndarray, prompt: str) -> str:
+        """Deterministic answer: about the colours the prompt names, else a summary of all."""
+        counts = Counter(region.label for region in self.find(rgb))
+        words = set(re.findall(r"[a-z]+", prompt.lower()))
+        asked = [label for label in LABELS if label in words]
+        if asked:
+            answers = [f"yes, {_count(counts[c], c)}" if counts[c] else f"no {c} regions" for c in asked]
+            return "; ".join(answers) + "."
+        found = [_count(counts[c], c) for c in LABELS if counts[c]]
+        if not found:
+            return "I found no red, green or blue regions."
+        summary = found[0] if len(found) == 1 else ", ".join(found[:-1]) + " and " + found[-1]
+        if "how many" in prompt.lower():
+            total = sum(counts.values())
+            return f"{total} region{'' if total == 1 else 's'} in total: {summary}."
+        return f"I found {summary}."
+
+
+def _count(n: int, colour: str) -> str:
+    return f"{n} {colour} region{'' if n == 1 else 's'}"

@@ -1,0 +1,32 @@
+"""Errors an engine answers with: each carries its HTTP status and a message for the person who caused it."""
+
+from mlserver.errors import MLServerError
+
+
+class ChariotError(MLServerError):
+    """Base of the engine's own errors; the message is the whole `{"error": ...}` body."""
+
+    status_code_default = 400
+
+    def __init__(self, message: str, status_code: int | None = None):
+        super().__init__(message, status_code or self.status_code_default)
+
+    # Parallel workers pickle exceptions back to the main process; keep the status code across.
+    def __reduce__(self):
+        return (type(self), (str(self), self.status_code))
+
+
+class BadRequest(ChariotError):
+    """The client sent something the engine cannot use (400)."""
+
+
+class PredictFailed(ChariotError):
+    """The engine author's predict raised (500)."""
+
+    status_code_default = 500
+
+
+class InvalidResult(ChariotError):
+    """The engine author's predict returned something that is not a valid Chariot result (500)."""
+
+    status_code_default = 500

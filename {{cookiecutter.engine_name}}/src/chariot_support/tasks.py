@@ -1,0 +1,224 @@
+"""Chariot task types and their result formats: typed results a predict returns, checked and turned into
+exactly the dicts the chariot-v2-kserve protocol page shows."""
+
+from __future__ import annotations
+
+import math
+from enum import Enum
+from typing import Annotated, Any, Sequence
+
+import cv2
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator
+
+from .errors import InvalidResult
+
+
+class TaskType(str, Enum):
+    """The task types, named as Chariot names them."""
+
+    IMAGE_CLASSIFICATION = "Image Classification"
+    OBJECT_DETECTION = "Object Detection"
+    ORIENTED_OBJECT_DETECTION = "Oriented Object Detection"
+    IMAGE_SEGMENTATION = "Image Segmentation"
+    IMAGE_TEXT_TO_TEXT = "Image Text to Text"
+
+    @property
+    def actions(self) -> tuple[str, ...]:
+        """The `action` values this task accepts; the first is the default."""
+        return _ACTIONS[self]
+
+
+_ACTIONS = {
+    TaskType.IMAGE_CLASSIFICATION: ("predict", "predict_proba"),
+    TaskType.OBJECT_DETECTION: ("detect", "predict"),
+    TaskType.ORIENTED_OBJECT_DETECTION: ("detect", "predict"),
+    TaskType.IMAGE_SEGMENTATION: ("predict", "detect"),
+    TaskType.IMAGE_TEXT_TO_TEXT: ("predict",),
+}
+
+Score = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False, description="a probability in [0, 1]")]
+Finite = Annotated[float, Field(allow_inf_nan=False)]
+Unit = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)]
+NonNegative = Annotated[float, Field(ge=0.0, allow_inf_nan=False)]
+Label = Annotated[str, Field(min_length=1)]
+
+
+class _Result(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Classification(_Result):
+    """One label with its score: `{label, score}`."""
+
+    label: Label
+    score: Score
+
+
+class Detection(_Result):
+    """An axis-aligned box in pixels, y down: `{label, score, xmin, xmax, ymin, ymax}`."""
+
+    label: Label
+    score: Score
+    xmin: Finite
+    xmax: Finite
+    ymin: Finite
+    ymax: Finite
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Detection:
+        if self.xmin > self.xmax or self.ymin > self.ymax:
+            raise ValueError(
+                f"box corners are swapped (xmin={self.xmin}, xmax={self.xmax}, ymin={self.ymin}, ymax={self.ymax}); "
+                "xmin <= xmax and ymin <= ymax, in pixels with y down"
+            )
+        return self
+
+
+class OrientedDetection(_Result):
+    """A rotated box normalised to the image: `{label, score, cx, cy, w, h, r}`.
+
+    cx and w are divided by the image width, cy and h by its height; r is in radians, clockwise positive
+    (x right, y down).
+    """
+
+    label: Label
+    score: Score
+    cx: Unit
+    cy: Unit
+    w: NonNegative
+    h: NonNegative
+    r: Finite
+
+    @classmethod
+    def from_rotated_rect(
+        cls, label: str, score: float, rect: tuple, image_width: int, image_height: int
+    ) -> OrientedDetection:
+        """Build from `cv2.minAreaRect`'s `((cx, cy), (w, h), degrees)` in pixels.
+
+        OpenCV's angle is measured in image coordinates (y down), so positive is clockwise on screen, as
+        Chariot wants.
+        """
+        (cx, cy), (w, h), degrees = rect
+        return cls(
+            label=label,
+            score=score,
+            cx=min(max(cx / image_width, 0.0), 1.0),
+            cy=min(max(cy / image_height, 0.0), 1.0),
+            w=w / image_width,
+            h=h / image_height,
+            r=math.radians(degrees),
+        )
+
+
+class Point(_Result):
+    x: Finite
+    y: Finite
+
+
+def _points_from_array(contour: Any) -> Any:
+    if isinstance(contour, np.ndarray):
+        return [{"x": x, "y": y} for x, y in contour.reshape(-1, 2).tolist()]
+    return contour
+
+
+class Segmentation(_Result):
+    """A labelled region as OpenCV-style contours in pixels: `{label, score, contour: [[{x, y}, ...], ...]}`.
+
+    `contour` may also be given as the arrays `cv2.findContours` returns.
+    """
+
+    label: Label
+    score: Score
+    contour: list[Annotated[list[Point], Field(min_length=1)]] = Field(min_length=1)
+
+    @field_validator("contour", mode="before")
+    @classmethod
+    def _from_arrays(cls, value: Any) -> Any:
+        if isinstance(value, (list, tuple)):
+            return [_points_from_array(c) for c in value]
+        return value
+
+    @classmethod
+    def from_mask(cls, label: str, score: float, mask: np.ndarray) -> Segmentation:
+        """Build from a binary mask (any non-zero pixel is inside the region)."""
+        return cls(label=label, score=score, contour=contours_from_mask(mask))
+
+
+class PromptAnswer(_Result):
+    """The model's answer to one prompt about an image: `{prompt, answer}`."""
+
+    prompt: str
+    answer: str
+
+
+def contours_from_mask(mask: np.ndarray) -> list[np.ndarray]:
+    """The outer contours of a binary mask, as `cv2.findContours` gives them (each `(N, 1, 2)` int32, x then y)."""
+    if mask.ndim != 2:
+        raise ValueError(f"a mask is a 2-D array, got shape {mask.shape}")
+    binary = (mask != 0).astype(np.uint8)
+    contours, _ = cv2.findContours(binary, cv2.RETR_EXTERNAL, cv2.CHAIN_APPROX_SIMPLE)
+    return list(contours)
+
+
+RESULT_TYPES: dict[TaskType, type[_Result]] = {
+    TaskType.IMAGE_CLASSIFICATION: Classification,
+    TaskType.OBJECT_DETECTION: Detection,
+    TaskType.ORIENTED_OBJECT_DETECTION: OrientedDetection,
+    TaskType.IMAGE_SEGMENTATION: Segmentation,
+    TaskType.IMAGE_TEXT_TO_TEXT: PromptAnswer,
+}
+_ADAPTERS = {task: TypeAdapter(list[result]) for task, result in RESULT_TYPES.items()}
+
+
+def _where(error: dict) -> str:
+    loc = error["loc"]
+    parts = [f"result {loc[0]}"] if loc and isinstance(loc[0], int) else []
+    fields = ".".join(str(p) for p in loc[1:] if not isinstance(p, int))
+    if fields:
+        parts.append(f"field '{fields}'")
+    return ", ".join(parts) or "the result list"
+
+
+def validate_results(task: TaskType, results: Any, image_names: Sequence[str]) -> list[list[_Result]]:
+    """Check that predict returned one list of `task` results per image; raise InvalidResult naming what is wrong."""
+    result_type = RESULT_TYPES[task].__name__
+    if not isinstance(results, (list, tuple)) or len(results) != len(image_names):
+        got = f"a list of {len(results)}" if isinstance(results, (list, tuple)) else type(results).__name__
+        raise InvalidResult(
+            f"predict must return one list of {result_type} per image ({len(image_names)}), got {got}"
+        )
+    checked = []
+    for index, (name, per_image) in enumerate(zip(image_names, results)):
+        try:
+            checked.append(_ADAPTERS[task].validate_python(per_image))
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            raise InvalidResult(
+                f"predict returned an invalid {result_type} for image {index} ('{name}'): "
+                f"{_where(first)}: {first['msg']}"
+            ) from None
+    return checked
+
+
+def select(
+    task: TaskType, results: list[_Result], *, action: str, score_threshold: float | None, prompts: Sequence[str]
+) -> list[_Result]:
+    """Apply the request's `action`, `score_threshold` and `prompts` to one image's validated results."""
+    if task is TaskType.IMAGE_TEXT_TO_TEXT:
+        asked = list(prompts)
+        answered = [r.prompt for r in results]  # type: ignore[attr-defined]
+        if answered != asked:
+            raise InvalidResult(f"predict must answer the prompts {asked} in that order, answered {answered}")
+        return results
+    if score_threshold is not None:
+        results = [r for r in results if r.score >= score_threshold]  # type: ignore[attr-defined]
+    if task is TaskType.IMAGE_CLASSIFICATION:
+        results = sorted(results, key=lambda r: r.score, reverse=True)  # type: ignore[attr-defined]
+        if action == "predict":
+            results = results[:1]
+    return results
+
+
+def to_dicts(results: list[_Result]) -> list[dict]:
+    return [r.model_dump() for r in results]

@@ -1,0 +1,158 @@
+"""Helpers for an engine's tests: draw and encode images, build Chariot requests, run the real engine on free
+loopback ports and stop it by its process id."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+import cv2
+import numpy as np
+
+from .decoding import Image
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def encode_image(rgb: np.ndarray, extension: str = ".png") -> str:
+    """Base64 of `rgb` (H x W x 3, RGB order) encoded as an image file, as Chariot sends images."""
+    ok, encoded = cv2.imencode(extension, cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR))
+    if not ok:
+        raise ValueError(f"OpenCV could not encode a {rgb.shape} image as {extension}")
+    return base64.b64encode(encoded.tobytes()).decode("ascii")
+
+
+def as_image(pixels: np.ndarray, *, name: str = "image", action: str = "predict", prompts: tuple[str, ...] = (),
+             score_threshold: float | None = None) -> Image:
+    """An Image as predict receives it, for calling a model directly in a test."""
+    return Image(name=name, pixels=pixels, action=action, score_threshold=score_threshold, prompts=tuple(prompts),
+                 parameters={})
+
+
+def image_input(name: str, rgb: np.ndarray, **parameters: Any) -> dict:
+    """One Chariot image input: a BYTES tensor of shape [1] holding the base64 file."""
+    tensor = {"name": name, "shape": [1], "datatype": "BYTES", "data": [encode_image(rgb)]}
+    if parameters:
+        tensor["parameters"] = parameters
+    return tensor
+
+
+def chariot_request(*inputs: dict, **parameters: Any) -> dict:
+    body: dict = {"inputs": list(inputs)}
+    if parameters:
+        body["parameters"] = parameters
+    return body
+
+
+def chariot_metadata(**extended: Any) -> str:
+    """Chariot's metadata parameter: a JSON-encoded string with standard and extended sections."""
+    return json.dumps(
+        {
+            "standard_metadata": {},
+            "extended_metadata": [
+                {"key": key, "type": type(value).__name__ if isinstance(value, (int, float)) else "str", "value": str(value)}
+                for key, value in extended.items()
+            ],
+        }
+    )
+
+
+def engine_package(src: Path) -> str:
+    """The engine's own package: the one in `src` beside chariot_support."""
+    packages = [p.name for p in src.iterdir() if (p / "__main__.py").is_file() and p.name != "chariot_support"]
+    if len(packages) != 1:
+        raise LookupError(f"expected one engine package with a __main__.py in {src}, found {packages}")
+    return packages[0]
+
+
+@dataclass
+class RunningEngine:
+    process: subprocess.Popen
+    http_port: int
+    grpc_port: int
+    metrics_port: int
+    log_path: Path
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.http_port}"
+
+    @property
+    def grpc_address(self) -> str:
+        return f"127.0.0.1:{self.grpc_port}"
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+
+def _ready(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{url}/v2/health/ready", timeout=2) as response:
+            return response.status == 200
+    except (urllib.error.URLError, ConnectionError, OSError):
+        return False
+
+
+@contextmanager
+def run_engine(
+    package: str, *, src: Path | None = None, env: dict[str, str] | None = None, timeout: float = 90.0
+) -> Iterator[RunningEngine]:
+    """Start `python -m package` on free 127.0.0.1 ports, wait until it is ready, and stop it afterwards."""
+    ports = free_port(), free_port(), free_port()
+    environment = {
+        **os.environ,
+        "MLSERVER_HOST": "127.0.0.1",
+        "MLSERVER_HTTP_PORT": str(ports[0]),
+        "MLSERVER_GRPC_PORT": str(ports[1]),
+        "MLSERVER_METRICS_PORT": str(ports[2]),
+        **(env or {}),
+    }
+    if src is not None:
+        environment["PYTHONPATH"] = os.pathsep.join(filter(None, [str(src), environment.get("PYTHONPATH")]))
+    log_file = tempfile.NamedTemporaryFile(prefix=f"{package}-", suffix=".log", delete=False)
+    process = subprocess.Popen(
+        [sys.executable, "-m", package], env=environment, stdout=log_file, stderr=subprocess.STDOUT
+    )
+    engine = RunningEngine(process, *ports, Path(log_file.name))
+    try:
+        deadline = time.monotonic() + timeout
+        while not _ready(engine.url):
+            if not engine.alive() or time.monotonic() > deadline:
+                raise RuntimeError(f"engine {package} did not become ready; its log:\n{engine.log()[-4000:]}")
+            time.sleep(0.2)
+        yield engine
+    finally:
+        stop(engine)
+        log_file.close()
+
+
+def stop(engine: RunningEngine, timeout: float = 20.0) -> int:
+    """SIGTERM the engine's process (and only it), then SIGKILL if it will not go; returns its exit code."""
+    if engine.alive():
+        engine.process.send_signal(signal.SIGTERM)
+        try:
+            engine.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            engine.process.kill()
+            engine.process.wait(timeout)
+    return engine.process.returncode

@@ -1,12 +1,12 @@
-"""Shared fixtures for the template's own tests.
+"""Shared setup for the template's own tests.
 
-The support package is plain Python that every baked engine carries unchanged, so it is
-imported straight from the template folder and tested without baking.
+The support package is plain Python that every baked engine carries unchanged, so it is imported straight
+from the template folder (pytest.ini puts it on the path) and tested without baking. Engines the tests start
+need it on their path too.
 """
 
-import sys
-from pathlib import Path
+import os
 
-TEMPLATE_ROOT = Path(__file__).resolve().parents[1]
-ENGINE_TEMPLATE = TEMPLATE_ROOT / "{{cookiecutter.engine_name}}"
-sys.path.insert(0, str(ENGINE_TEMPLATE / "src"))
+from template_paths import SUPPORT_SRC
+
+os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(SUPPORT_SRC), os.environ.get("PYTHONPATH")]))

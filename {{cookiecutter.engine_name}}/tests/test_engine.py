@@ -155,3 +155,15 @@ def test_an_image_sent_as_jpeg_is_read_too(engine, model_name, scene):
               "parameters": {"prompts": PROMPTS}}
     response = infer(engine, model_name, chariot_request(tensor))
     assert response.status_code == 200, response.text
+
+
+@pytest.mark.parametrize("content_type", [None, "application/x-www-form-urlencoded", "text/plain"])
+def test_json_is_read_whatever_the_content_type_says(engine, model_name, scene, content_type):
+    # curl -d sends form data's content type; many clients send none.
+    body = json.dumps(_image_body(scene)).encode()
+    headers = {"Content-Type": content_type} if content_type else {}
+    request = requests.Request("POST", f"{engine.url}/v2/models/{model_name}/infer", data=body, headers=headers).prepare()
+    if content_type is None:
+        request.headers.pop("Content-Type", None)
+    response = requests.Session().send(request, timeout=30)
+    assert response.status_code == 200, response.text

@@ -238,7 +238,13 @@ def decode_image(encoded: bytes, where: str, limits: Limits = Limits()) -> np.nd
             warnings.simplefilter("ignore", PIL.Image.DecompressionBombWarning)
             with PIL.Image.open(io.BytesIO(encoded)) as header:
                 width, height = header.size  # read from the header alone: no pixels decoded yet
-    except (PIL.UnidentifiedImageError, PIL.Image.DecompressionBombError, OSError, ValueError):
+    except PIL.Image.DecompressionBombError:  # Pillow's own cap, reached before the size is returned
+        cap = 2 * PIL.Image.MAX_IMAGE_PIXELS
+        raise BadRequest(
+            f"{where}: the image has more than {cap} pixels; this engine accepts at most "
+            f"{min(cap, limits.max_image_pixels)}"
+        ) from None
+    except (PIL.UnidentifiedImageError, OSError, ValueError):
         raise BadRequest(f"{where}: data[0] is not an image this engine can read (JPEG, PNG, BMP, TIFF, WebP, GIF)") from None
     if width * height > limits.max_image_pixels:
         raise BadRequest(
@@ -305,7 +311,9 @@ def decode_tensor(tensor: RequestInput, where: str) -> np.ndarray:
         return np.array(values, dtype=object).reshape(shape)
     target = np.dtype(NUMERIC_DTYPES[datatype])
     if any(isinstance(v, (str, bytes, dict)) or v is None for v in values):
-        raise BadRequest(f"{where}: {datatype} data must be numbers, got {next(v for v in values if not isinstance(v, (int, float)))!r}")
+        expected = "true/false" if datatype == "BOOL" else "numbers"
+        wrong = next(v for v in values if not isinstance(v, (int, float)))
+        raise BadRequest(f"{where}: {datatype} data must be {expected}, got {wrong!r}")
     array = np.asarray(values)
     kind = array.dtype.kind
     if target.kind == "b":
@@ -313,19 +321,27 @@ def decode_tensor(tensor: RequestInput, where: str) -> np.ndarray:
             return array.astype(target).reshape(shape)
         raise BadRequest(f"{where}: BOOL data must be true/false")
     if target.kind in "iu":
-        if kind == "f":
-            if not (np.isfinite(array).all() and (array == np.floor(array)).all()):
-                raise BadRequest(f"{where}: {datatype} data must be whole numbers")
-        elif kind == "O":  # Python ints too large for int64
-            raise BadRequest(f"{where}: a value is out of range for {datatype}")
         info = np.iinfo(target)
+        if kind in "fO":
+            # Floats, or ints beyond int64 (numpy holds them as objects, or rounds them to float64 beside other ints):
+            # check and convert each value exactly, as Python compares ints with floats exactly.
+            fraction = next((v for v in values if isinstance(v, float) and not v.is_integer()), None)
+            if fraction is not None:
+                raise BadRequest(f"{where}: {datatype} data must be whole numbers, got {fraction!r}")
+            if not all(info.min <= v <= info.max for v in values):
+                raise BadRequest(f"{where}: a value is out of range for {datatype} ({info.min}..{info.max})")
+            return np.array([int(v) for v in values], dtype=target).reshape(shape)
         if array.size and (array.min() < info.min or array.max() > info.max):
             raise BadRequest(f"{where}: a value is out of range for {datatype} ({info.min}..{info.max})")
         return array.astype(target).reshape(shape)
-    if kind == "b":
+    if kind == "b" or any(isinstance(v, (bool, np.bool_)) for v in values):
         raise BadRequest(f"{where}: {datatype} data must be numbers, got booleans")
+    try:
+        wide = array.astype(np.float64)
+    except OverflowError:  # a Python int beyond any float
+        raise BadRequest(f"{where}: a value is out of range for {datatype}") from None
     with np.errstate(over="ignore"):
-        cast = array.astype(target)
-    if np.isinf(cast).any() and not np.isinf(array.astype(np.float64)).any():
+        cast = wide.astype(target)
+    if (np.isinf(cast) & ~np.isinf(wide)).any():
         raise BadRequest(f"{where}: a value is out of range for {datatype}")
     return cast.reshape(shape)

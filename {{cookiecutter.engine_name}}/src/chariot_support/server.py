@@ -57,6 +57,11 @@ def model_id_from_env(default_model_id: str) -> str:
 
 
 def model_settings(model_class: type[ChariotModel], model_id: str) -> ModelSettings:
+    if model_class.__module__ == "__main__":
+        raise TypeError(
+            f"define {model_class.__name__} in an importable module (such as model.py), not in __main__:"
+            " parallel workers import it by name"
+        )
     image = MetadataTensor(name="image", datatype="BYTES", shape=[1], parameters={"content_type": "base64"})
     result = MetadataTensor(name="image", datatype="BYTES", shape=[1], parameters={"content_type": "json"})
     version = os.environ.get("CHARIOT_MODEL_VERSION", "1")
@@ -112,6 +117,13 @@ class ChariotDataPlane:
         response.model_name = name
         return response
 
+    async def ready(self) -> bool:
+        # MLServer calls a server with no models ready; an engine is ready only once its model is loaded.
+        try:
+            return await self._inner.model_ready(self.model_name)
+        except MLServerError:
+            return False
+
     async def model_ready(self, name: str, version: Optional[str] = None) -> bool:
         return await self._inner.model_ready(self.resolve(name), version)
 
@@ -152,6 +164,20 @@ def _validation_message(exc: RequestValidationError) -> str:
     return f"{path}: {first['msg']}"
 
 
+class JSONBodies:
+    """Read every POST body as JSON whatever its Content-Type: `curl -d` labels it form data, and the engine's
+    POST routes take nothing but JSON."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "http" and scope["method"] == "POST":
+            headers = [(k, v) for k, v in scope["headers"] if k != b"content-type"]
+            scope = {**scope, "headers": [*headers, (b"content-type", b"application/json")]}
+        await self.app(scope, receive, send)
+
+
 def install_chariot_routes(app: FastAPI, data_plane: ChariotDataPlane) -> None:
     """Add the paths Chariot calls beside MLServer's V2 routes, and make every error body `{"error": ...}`."""
     endpoints = Endpoints(data_plane)
@@ -188,6 +214,7 @@ def install_chariot_routes(app: FastAPI, data_plane: ChariotDataPlane) -> None:
         logger.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
         return _error(500, f"internal error: {type(exc).__name__}: {exc}")
 
+    app.add_middleware(JSONBodies)
     app.add_exception_handler(RequestValidationError, on_validation_error)
     app.add_exception_handler(StarletteHTTPException, on_http_error)
     app.add_exception_handler(Exception, on_unhandled)

@@ -115,7 +115,12 @@ def _ready(url: str) -> bool:
 
 @contextmanager
 def run_engine(
-    package: str, *, src: Path | None = None, env: dict[str, str] | None = None, timeout: float = 90.0
+    package: str,
+    *,
+    src: Path | None = None,
+    env: dict[str, str] | None = None,
+    python: str = sys.executable,
+    timeout: float = 90.0,
 ) -> Iterator[RunningEngine]:
     """Start `python -m package` on free 127.0.0.1 ports, wait until it is ready, and stop it afterwards."""
     ports = free_port(), free_port(), free_port()
@@ -131,7 +136,7 @@ def run_engine(
         environment["PYTHONPATH"] = os.pathsep.join(filter(None, [str(src), environment.get("PYTHONPATH")]))
     log_file = tempfile.NamedTemporaryFile(prefix=f"{package}-", suffix=".log", delete=False)
     process = subprocess.Popen(
-        [sys.executable, "-m", package], env=environment, stdout=log_file, stderr=subprocess.STDOUT
+        [python, "-m", package], env=environment, stdout=log_file, stderr=subprocess.STDOUT
     )
     engine = RunningEngine(process, *ports, Path(log_file.name))
     try:

@@ -1,0 +1,60 @@
+"""The engine answers its author's mistakes with a 500 {"error"} that names the fault, and keeps serving,
+with and without MLServer's parallel workers."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import requests
+
+from chariot_support.testing import chariot_request, image_input, run_engine
+
+HERE = Path(__file__).parent
+PIXELS = np.zeros((32, 48, 3), np.uint8)
+
+
+@pytest.fixture(scope="module", params=["in-process", "parallel-workers"])
+def engine(request):
+    env = {"MLSERVER_PARALLEL_WORKERS": "2"} if request.param == "parallel-workers" else {}
+    with run_engine("faulty_engine", src=HERE, env=env) as running:
+        yield running
+
+
+def infer(engine, body):
+    return requests.post(f"{engine.url}/v2/models/m-faulty/infer", data=json.dumps(body), timeout=30)
+
+
+def faulty(fault, images=1):
+    return chariot_request(*(image_input(f"image-{i}", PIXELS, fault=fault) for i in range(images)))
+
+
+@pytest.mark.parametrize(
+    "fault, images, message",
+    [
+        ("raise", 1, "predict failed: RuntimeError: the GPU caught fire"),
+        ("missing-field", 1, "invalid Detection for image 0 ('image-0'): result 0, field 'ymax': Field required"),
+        ("too-few-lists", 1, "predict must return one list of Detection per image (1), got a list of 0"),
+        ("score-out-of-range", 2, "image 1 ('image-1'): result 0, field 'score'"),
+    ],
+)
+def test_predict_faults_are_500_with_a_message_for_the_author(engine, fault, images, message):
+    response = infer(engine, faulty(fault, images))
+    assert response.status_code == 500
+    assert message in response.json()["error"]
+    good = infer(engine, faulty(None))
+    assert good.status_code == 200, good.text
+    assert good.json()["outputs"][0]["data"] == [[{"label": "cat", "score": 0.9, "xmin": 1.0, "xmax": 5.0, "ymin": 2.0, "ymax": 6.0}]]
+    assert requests.get(f"{engine.url}/v2/health/ready", timeout=5).status_code == 200
+
+
+def test_client_errors_keep_their_status_and_plain_message(engine):
+    response = infer(engine, chariot_request(image_input("x", PIXELS, action="explode")))
+    assert response.status_code == 400
+    assert response.json()["error"].startswith("input 'x': unknown action 'explode'")
+
+
+def test_the_request_id_reaches_the_log_of_a_failed_predict(engine):
+    response = infer(engine, {**faulty("raise"), "id": "trace-me-123"})
+    assert response.status_code == 500
+    assert "trace-me-123" in engine.log()

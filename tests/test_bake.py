@@ -1,0 +1,139 @@
+"""Bake every task type as a user would, and hold each baked engine to its own tests."""
+
+import json
+import re
+import subprocess
+import sys
+import urllib.request
+import venv
+
+import numpy as np
+import pytest
+from cookiecutter.main import cookiecutter
+
+from chariot_support.testing import chariot_request, image_input, run_engine
+from template_paths import TEMPLATE_ROOT
+
+TASKS = {
+    "Image Classification": "image_classification",
+    "Object Detection": "object_detection",
+    "Oriented Object Detection": "oriented_object_detection",
+    "Image Segmentation": "image_segmentation",
+    "Image Text to Text": "image_text_to_text",
+}
+# One task bakes under unusual names, so derived names are exercised beyond the defaults.
+ANSWERS = {"Image Segmentation": {"engine_name": "road-damage-2", "model_id": "0a1b2c-seg"}}
+LEFTOVER = re.compile(r"\{\{\s*cookiecutter|\{%")
+
+
+@pytest.fixture(scope="session")
+def baked(tmp_path_factory):
+    engines = {}
+
+    def bake(task):
+        if task not in engines:
+            answers = {"task_type": task, **ANSWERS.get(task, {})}
+            out = tmp_path_factory.mktemp(TASKS[task])
+            engines[task] = cookiecutter(str(TEMPLATE_ROOT), no_input=True, extra_context=answers, output_dir=str(out))
+        return engines[task]
+
+    return bake
+
+
+def files(root):
+    from pathlib import Path
+
+    return [p for p in Path(root).rglob("*") if p.is_file() and "__pycache__" not in p.parts]
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_no_template_syntax_survives(baked, task):
+    root = baked(task)
+    for path in files(root):
+        assert "{{" not in str(path) and "{%" not in str(path), path
+        text = path.read_text(errors="replace")
+        assert not LEFTOVER.search(text), f"{path} still holds template syntax: {LEFTOVER.search(text).group()}"
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_only_the_chosen_task_is_kept(baked, task):
+    from pathlib import Path
+
+    root = Path(baked(task))
+    package = root.name.replace("-", "_")
+    assert not (root / "_tasks").exists()
+    model = (root / "src" / package / "model.py").read_text()
+    assert f"TaskType.{TASKS[task].upper()}" in model
+    assert (root / "tests" / "test_task.py").is_file()
+    assert (root / "src" / "chariot_support" / "server.py").read_bytes() == (
+        TEMPLATE_ROOT / "{{cookiecutter.engine_name}}" / "src" / "chariot_support" / "server.py"
+    ).read_bytes()
+    main = (root / "src" / package / "__main__.py").read_text()
+    assert f'DEFAULT_MODEL_ID = "{ANSWERS.get(task, {}).get("model_id", "demo")}"' in main
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_baked_engine_passes_its_own_tests(baked, task):
+    root = baked(task)
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    summary = result.stdout.strip().splitlines()[-1] if result.stdout.strip() else ""
+    assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
+    assert re.search(r"\d+ passed", summary) and "failed" not in summary and "skipped" not in summary, summary
+
+
+def test_pip_install_then_python_m_package_serves_the_demo(baked, tmp_path):
+    """The README's path: `pip install .` in a fresh environment, then `python -m <package>`."""
+    root = baked("Object Detection")
+    environment = tmp_path / "venv"
+    venv.EnvBuilder(with_pip=True).create(environment)
+    python = str(environment / "bin" / "python")
+    install = subprocess.run(
+        [python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "-c", "constraints.txt", "."],
+        cwd=root, capture_output=True, text=True, timeout=900,
+    )
+    assert install.returncode == 0, install.stderr[-3000:]
+    pixels = np.zeros((100, 120, 3), np.uint8)
+    pixels[10:40, 20:70] = (0, 255, 0)
+    with run_engine("chariot_engine", python=python, env={"PYTHONPATH": ""}) as engine:
+        body = json.dumps(chariot_request(image_input("image-0", pixels))).encode()
+        request = urllib.request.Request(f"{engine.url}/v2/models/m-demo/infer/", data=body, method="POST")
+        with urllib.request.urlopen(request, timeout=30) as response:
+            answer = json.loads(response.read())
+    (results,) = answer["outputs"][0]["data"]
+    assert [(r["label"], r["xmin"], r["ymin"], r["xmax"], r["ymax"]) for r in results] == [("green", 20, 10, 70, 40)]
+
+
+def test_model_files_come_from_model_dir(baked, tmp_path):
+    """load() reads MODEL_DIR: here the demo's colours.json raises the minimum area so the square is ignored."""
+    from pathlib import Path
+
+    root = Path(baked("Object Detection"))
+    (tmp_path / "colours.json").write_text(json.dumps({"min_area": 10_000}))
+    pixels = np.zeros((100, 120, 3), np.uint8)
+    pixels[10:40, 20:70] = (0, 255, 0)
+    body = json.dumps(chariot_request(image_input("image-0", pixels))).encode()
+    found = {}
+    for label, env in (("default", {}), ("model_dir", {"MODEL_DIR": str(tmp_path)})):
+        with run_engine("chariot_engine", src=root / "src", env=env) as engine:
+            request = urllib.request.Request(f"{engine.url}/infer", data=body, method="POST")
+            with urllib.request.urlopen(request, timeout=30) as response:
+                found[label] = json.loads(response.read())["outputs"][0]["data"][0]
+    assert [r["label"] for r in found["default"]] == ["green"]
+    assert found["model_dir"] == []
+
+
+def test_dev_requirements_pin_what_the_engine_depends_on(baked):
+    import tomllib
+    from pathlib import Path
+
+    engine = tomllib.loads((Path(baked("Object Detection")) / "pyproject.toml").read_text())["project"]
+    wanted = set(engine["dependencies"]) | set(engine["optional-dependencies"]["test"])
+    lines = (TEMPLATE_ROOT / "requirements-dev.txt").read_text().splitlines()
+    pinned = {line.strip() for line in lines if line.strip() and not line.startswith(("#", "-c"))}
+    assert wanted <= pinned, f"requirements-dev.txt lacks {sorted(wanted - pinned)}"

@@ -1,0 +1,330 @@
+"""Unit tests of chariot_support.decoding: how a chariot-v2-kserve request is read, and how it is refused."""
+
+import base64
+import io
+import struct
+import textwrap
+import zlib
+
+import cv2
+import numpy as np
+import PIL.Image
+import pytest
+from mlserver.types import InferenceRequest
+
+from chariot_support.decoding import Limits, decode_image, parse_request
+from chariot_support.errors import BadRequest
+from chariot_support.tasks import TaskType
+from chariot_support.testing import as_image, encode_image
+
+DETECTION = TaskType.OBJECT_DETECTION
+RED, BLUE = (255, 0, 0), (0, 0, 255)
+
+
+def picture(height: int = 20, width: int = 30) -> np.ndarray:
+    """RGB: red block at the top left, blue block at the bottom right."""
+    rgb = np.zeros((height, width, 3), np.uint8)
+    rgb[:8, :8] = RED
+    rgb[-6:, -6:] = BLUE
+    return rgb
+
+
+PICTURE = picture()
+B64 = encode_image(PICTURE)
+
+
+def b64(raw: bytes) -> str:
+    return base64.b64encode(raw).decode("ascii")
+
+
+def png_declaring(width: int, height: int) -> bytes:
+    """A PNG whose header claims width x height but whose pixel data is a few bytes of nothing."""
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    pixels = zlib.compress(b"\0" * 16)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", pixels) + chunk(b"IEND", b"")
+
+
+def image(name: str = "img", data=None, **parameters) -> dict:
+    tensor = {"name": name, "shape": [1], "datatype": "BYTES", "data": [B64 if data is None else data]}
+    if parameters:
+        tensor["parameters"] = parameters
+    return tensor
+
+
+def tensor(datatype: str, data: list, shape=None, name: str = "x", **parameters) -> dict:
+    body = {"name": name, "datatype": datatype, "shape": [len(data)] if shape is None else shape, "data": data}
+    if parameters:
+        body["parameters"] = parameters
+    return body
+
+
+def parse(*inputs, task=DETECTION, limits=Limits(), **parameters):
+    body = {"inputs": list(inputs)}
+    if parameters:
+        body["parameters"] = parameters
+    return parse_request(InferenceRequest.model_validate(body), task, limits)
+
+
+def first(*inputs, task=DETECTION, **parameters):
+    return parse(*(inputs or [image()]), task=task, **parameters).images[0]
+
+
+def decoded(data, limits=Limits()) -> np.ndarray:
+    return decode_image(first(image(data=data)).encoded, "input 'img'", limits)
+
+
+def decode_one(datatype: str, data: list, shape=None) -> np.ndarray:
+    return parse(image(), tensor(datatype, data, shape)).tensors["x"]
+
+
+def refused(call, *fragments: str) -> str:
+    with pytest.raises(BadRequest) as caught:
+        call()
+    message = str(caught.value)
+    assert caught.value.status_code == 400
+    for fragment in fragments:
+        assert fragment in message, message
+    return message
+
+
+# --- images -------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("extension", [".png", ".jpg"])
+def test_image_decodes_to_rgb_in_channel_order(extension):
+    pixels = decoded(encode_image(PICTURE, extension))
+    assert pixels.shape == (20, 30, 3) and pixels.dtype == np.uint8
+    assert np.abs(pixels[3, 3].astype(int) - RED).max() <= 20  # red stays red, not blue
+    assert np.abs(pixels[-3, -3].astype(int) - BLUE).max() <= 20
+    shown = as_image(pixels)
+    assert (shown.width, shown.height) == (30, 20)
+
+
+@pytest.mark.parametrize("mode, colour, expected", [("L", 128, (128, 128, 128)), ("RGBA", (255, 0, 0, 255), RED),
+                                                    ("LA", (90, 255), (90, 90, 90)), ("P", 0, (0, 0, 0))])
+def test_grey_and_alpha_pngs_give_three_channels(mode, colour, expected):
+    buffer = io.BytesIO()
+    PIL.Image.new(mode, (30, 20), colour).save(buffer, "PNG")
+    pixels = decoded(b64(buffer.getvalue()))
+    assert pixels.shape == (20, 30, 3)
+    assert tuple(pixels[5, 5]) == expected
+
+
+def test_exif_orientation_is_honoured():
+    stored = np.zeros((20, 40, 3), np.uint8)
+    stored[:, :8] = RED  # left edge as stored; orientation 6 turns it clockwise onto the top
+    source = PIL.Image.fromarray(stored)
+    exif = source.getexif()
+    exif[0x0112] = 6
+    buffer = io.BytesIO()
+    source.save(buffer, "JPEG", exif=exif, quality=95)
+    pixels = decoded(b64(buffer.getvalue()))
+    assert pixels.shape == (40, 20, 3)
+    assert pixels[2, 10, 0] > 200 and pixels[2, 10, 2] < 50
+    assert pixels[-2, 10].max() < 50
+
+
+@pytest.mark.parametrize("separator", ["\n", "\r\n", " "])
+def test_line_wrapped_base64_is_accepted(separator):
+    wrapped = separator.join(textwrap.wrap(B64, 76)) + separator
+    assert first(image(data=wrapped)).encoded == base64.b64decode(B64)
+
+
+def test_raw_image_bytes_are_accepted_as_grpc_sends_them():
+    raw = base64.b64decode(B64)
+    assert first(image(data=raw)).encoded == raw
+    assert decoded(raw).shape == (20, 30, 3)
+
+
+def _truncated_png() -> str:
+    noise = np.random.default_rng(0).integers(0, 255, (64, 64, 3), dtype=np.uint8)
+    raw = base64.b64decode(encode_image(noise))
+    return b64(raw[: len(raw) // 2])
+
+
+@pytest.mark.parametrize("data, problem", [
+    ("!!!!", "not valid base64"),
+    (B64[:-1], "not valid base64"),
+    ("", "is empty"),
+    (5, "must be a base64 string"),
+    (b64(b"hello, this is not an image"), "not an image this engine can read"),
+    (_truncated_png(), "could not be decoded"),
+    (b64(png_declaring(0, 10)), "not an image this engine can read"),
+])
+def test_bad_image_data_is_refused(data, problem):
+    refused(lambda: decoded(data), "input 'img'", problem)
+
+
+def test_over_limit_image_is_refused_before_decoding(monkeypatch):
+    monkeypatch.setattr(cv2, "imdecode", lambda *args: pytest.fail("pixels were decoded"))
+    refused(lambda: decoded(b64(png_declaring(5000, 4000)), Limits(max_image_pixels=1000)),
+            "input 'img'", "5000x4000", "1000")
+
+
+def test_pixel_limit_is_inclusive():
+    assert decoded(B64, Limits(max_image_pixels=600)).shape == (20, 30, 3)
+    refused(lambda: decoded(B64, Limits(max_image_pixels=599)), "input 'img'", "30x20", "599")
+
+
+def test_gigantic_header_is_refused_as_too_large_not_unreadable():
+    refused(lambda: decoded(b64(png_declaring(100_000, 100_000))), "input 'img'", "more than", "accepts at most")
+
+
+# --- parameters -----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("task", list(TaskType))
+def test_default_action_is_the_tasks_first(task):
+    assert first(image(prompts=["what?"]), task=task).action == task.actions[0]
+
+
+def test_unknown_action_lists_the_allowed_ones():
+    refused(lambda: first(image(action="shoot")), "input 'img'", "'shoot'", "'detect'", "'predict'")
+    refused(lambda: first(action="shoot"), "'shoot'", "request parameters")
+
+
+def test_input_parameters_override_request_parameters():
+    request = parse(image("a", action="detect", score_threshold=0.7), image("b"), action="predict", score_threshold=0.2)
+    a, b = request.images
+    assert (a.action, a.score_threshold) == ("detect", 0.7)
+    assert (b.action, b.score_threshold) == ("predict", 0.2)
+
+
+@pytest.mark.parametrize("value, expected", [(0, 0.0), (1, 1.0), (0.25, 0.25), ("0.25", 0.25), (" 1 ", 1.0)])
+def test_score_threshold_as_number_or_numeric_string(value, expected):
+    assert first(image(score_threshold=value)).score_threshold == expected
+
+
+@pytest.mark.parametrize("value", [True, 1.5, -0.1, "high", "nan", "inf", [0.5]])
+def test_bad_score_threshold_is_refused(value):
+    refused(lambda: first(image(score_threshold=value)), "input 'img'", "'score_threshold'", "between 0 and 1")
+
+
+@pytest.mark.parametrize("value, expected", [(["a", "b"], ("a", "b")), ('["a", "b"]', ("a", "b")), ("a?", ("a?",))])
+def test_prompts_as_list_json_string_or_single_string(value, expected):
+    assert first(image(prompts=value), task=TaskType.IMAGE_TEXT_TO_TEXT).prompts == expected
+
+
+@pytest.mark.parametrize("value, problem", [([1], "list of strings"), (5, "list of strings"),
+                                            ({"q": "a"}, "list of strings"), ('["a",', "not valid JSON")])
+def test_bad_prompts_are_refused(value, problem):
+    refused(lambda: first(image(prompts=value)), "input 'img'", "'prompts'", problem)
+
+
+def test_image_text_to_text_needs_prompts():
+    refused(lambda: first(task=TaskType.IMAGE_TEXT_TO_TEXT), "input 'img'", "needs a 'prompts' parameter")
+
+
+def test_metadata_is_kept_as_the_exact_string():
+    shared, own = '{"standard_metadata": {},  "extended_metadata": []}', '{ "k" : 1 }'
+    request = parse(image(metadata=own), metadata=shared)
+    assert request.metadata == shared
+    assert request.images[0].metadata == own
+    assert "metadata" not in request.images[0].parameters
+
+
+@pytest.mark.parametrize("value, problem", [("not json", "not valid JSON"), ({"a": 1}, "JSON-encoded string"),
+                                            ("[1]", "JSON object"), ("3", "JSON object")])
+def test_bad_metadata_is_refused(value, problem):
+    refused(lambda: parse(image(metadata=value)), "input 'img'", "parameters.metadata", problem)
+    refused(lambda: parse(image(), metadata=value), "parameters.metadata", problem)
+
+
+def test_transport_headers_never_reach_the_model():
+    parameters = first(image(headers={"authorization": "secret"}, mode="fast"), headers={"x-a": "1"}).parameters
+    assert parameters == {"mode": "fast"}
+
+
+# --- shapes ---------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("shape, data, expected", [
+    ([-1], [1, 2, 3], [1, 2, 3]),
+    ([3, 1], [1, 2, 3], [[1], [2], [3]]),
+    ([2, -1], [1, 2, 3, 4, 5, 6], [[1, 2, 3], [4, 5, 6]]),
+    ([2, 3], [[1, 2, 3], [4, 5, 6]], [[1, 2, 3], [4, 5, 6]]),
+])
+def test_shapes_reshape_the_flat_data(shape, data, expected):
+    assert decode_one("FP32", data, shape).tolist() == expected
+
+
+@pytest.mark.parametrize("shape, data, problem", [
+    ([4], [1, 2, 3], "shape [4] holds 4 elements but data has 3"),
+    ([-1, 2], [1, 2, 3], "3 data elements do not fit shape [-1, 2]"),
+    ([-1, -1], [1, 2], "more than one variable"),
+    ([0], [], "invalid dimension 0"),
+    ([-2], [1, 2], "invalid dimension -2"),
+    ([], [1], "shape is empty"),
+])
+def test_bad_shapes_are_refused(shape, data, problem):
+    refused(lambda: decode_one("FP32", data, shape), "input 'x'", problem)
+
+
+# --- numeric and text tensors ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("datatype, data, dtype", [
+    ("BOOL", [True, False], np.bool_), ("UINT8", [0, 255], np.uint8), ("UINT16", [1, 65535], np.uint16),
+    ("UINT32", [1, 2**32 - 1], np.uint32), ("UINT64", [1, 2**64 - 1], np.uint64), ("INT8", [-128, 127], np.int8),
+    ("INT16", [-3, 3], np.int16), ("INT32", [-(2**31), 7], np.int32), ("INT64", [-(2**63), 2**63 - 1], np.int64),
+    ("FP16", [0.5, -2], np.float16), ("FP32", [0.25, 3], np.float32), ("FP64", [0.1, 1e300], np.float64),
+])
+def test_numeric_datatypes_decode_to_their_dtype(datatype, data, dtype):
+    array = decode_one(datatype, data, [2, 1])
+    assert array.dtype == np.dtype(dtype) and array.shape == (2, 1)
+    assert array.ravel().tolist() == [dtype(v).item() for v in data]
+
+
+@pytest.mark.parametrize("datatype, data, expected", [
+    ("INT32", [2.0, -3.0], [2, -3]),
+    ("INT8", [True], [1]),  # the protocol page's own do_sample example
+    ("BOOL", [0, 1], [False, True]),
+    ("UINT64", [2**64 - 1, 0.0], [2**64 - 1, 0]),  # once wrapped to 0 through float64
+    ("INT64", [2**53 + 1, 0.0], [2**53 + 1, 0]),  # once rounded to 2**53 through float64
+])
+def test_values_that_are_converted_exactly(datatype, data, expected):
+    assert decode_one(datatype, data).tolist() == expected
+
+
+@pytest.mark.parametrize("datatype, data, problem", [
+    ("INT32", [1, 2.5], "whole numbers"),
+    ("INT8", [float("nan")], "whole numbers"),
+    ("UINT8", [300], "out of range for UINT8"),
+    ("UINT8", [-1], "out of range for UINT8"),
+    ("INT64", [2**70], "out of range for INT64"),
+    ("INT64", [2**63, -1], "out of range for INT64"),
+    ("INT64", [2.0**63], "out of range for INT64"),  # once wrapped to -2**63
+    ("FP64", [10**400], "out of range for FP64"),  # once an OverflowError
+    ("FP16", [1e5], "out of range for FP16"),
+    ("FP32", ["1.5"], "must be numbers, got '1.5'"),
+    ("FP32", [None], "must be numbers"),
+    ("FP32", [True], "booleans"),
+    ("FP32", [1.5, True], "booleans"),
+    ("BOOL", [2], "true/false"),
+    ("BOOL", [1.0], "true/false"),
+    ("BOOL", ["true"], "true/false"),
+])
+def test_bad_values_are_refused(datatype, data, problem):
+    refused(lambda: decode_one(datatype, data), "input 'x'", problem)
+
+
+def test_text_bytes_input_is_a_tensor_not_an_image():
+    request = parse(image(), tensor("BYTES", ["hello"], name="caption", content_type="str"))
+    assert [i.name for i in request.images] == ["img"]
+    assert request.tensors["caption"].dtype == object and request.tensors["caption"].tolist() == ["hello"]
+    refused(lambda: parse(image(), tensor("BYTES", ["a", 1], content_type="str")), "input 'x'", "must be strings")
+
+
+# --- the envelope ---------------------------------------------------------------------------------------------
+
+
+def test_bad_envelopes_are_refused():
+    refused(lambda: parse(), "no inputs")
+    refused(lambda: parse(image(), image()), "input 'img'", "appears twice")
+    refused(lambda: parse(image(), image("")), "inputs[1]", "empty name")
+    refused(lambda: parse(tensor("FP32", [1.0])), "no image input")
+    refused(lambda: parse(image("a"), image("b"), image("c"), limits=Limits(max_inputs=2)), "3 inputs", "at most 2")
+    refused(lambda: parse({**image(), "shape": [2], "data": [B64, B64]}), "input 'img'", "holds 2 images")

@@ -1,0 +1,251 @@
+"""The container recipe, checked without a Docker engine: the Dockerfile is parsed and held to what the engine and
+its tests do (start command, ports, health path, Python version), constraints.txt to pyproject.toml, and the
+HEALTHCHECK command is run against the real engine."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+try:
+    from packaging.requirements import Requirement
+    from packaging.specifiers import SpecifierSet
+    from packaging.utils import canonicalize_name
+    from packaging.version import Version
+except ImportError:  # packaging is pinned in constraints.txt, but pip always carries a copy
+    from pip._vendor.packaging.requirements import Requirement
+    from pip._vendor.packaging.specifiers import SpecifierSet
+    from pip._vendor.packaging.utils import canonicalize_name
+    from pip._vendor.packaging.version import Version
+
+from chariot_support.server import ENGINE_DEFAULTS
+from chariot_support.testing import engine_package, free_port
+
+ROOT = Path(__file__).resolve().parents[1]
+HEALTH_PATHS = {"/v2/health/ready", "/v2/health/live", "/ready"}  # the health routes the engine serves
+SLIM_PYTHON = re.compile(r"(?:docker\.io/(?:library/)?)?python:(\d+\.\d+)(\.\d+)?-slim-[a-z]+(@sha256:[0-9a-f]+)?")
+PIN = re.compile(r"(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)==(?P<version>[A-Za-z0-9.+!_-]+)")
+
+
+@dataclass(frozen=True)
+class Instruction:
+    keyword: str  # upper case
+    args: str  # continuation lines joined, comment lines dropped
+    line: int
+
+
+def parse_dockerfile(text: str) -> list[list[Instruction]]:
+    """The Dockerfile's instructions, one list per build stage (the last one is the image that runs)."""
+    instructions: list[Instruction] = []
+    pending, start = "", 0
+    for number, raw in enumerate(text.splitlines(), 1):
+        stripped = raw.strip()
+        if stripped.startswith("#") or (not stripped and not pending):
+            continue  # Docker drops comment lines, even inside a continued instruction
+        if not pending:
+            start = number
+        if stripped.endswith("\\"):
+            pending += stripped[:-1] + " "
+            continue
+        pending += stripped
+        keyword, _, args = pending.strip().partition(" ")
+        instructions.append(Instruction(keyword.upper(), args.strip(), start))
+        pending = ""
+    assert not pending, "the Dockerfile ends in the middle of a continued line"
+    stages: list[list[Instruction]] = []
+    for instruction in instructions:
+        if instruction.keyword == "FROM":
+            stages.append([])
+        assert stages, f"line {instruction.line}: {instruction.keyword} before the first FROM"
+        stages[-1].append(instruction)
+    return stages
+
+
+def command(args: str) -> list[str]:
+    """A CMD/RUN/HEALTHCHECK command as an argument list, from the JSON (exec) form or the shell form."""
+    if args.startswith("["):
+        parsed = json.loads(args)
+        assert isinstance(parsed, list) and all(isinstance(a, str) for a in parsed), f"not a JSON string list: {args}"
+        return parsed
+    return shlex.split(args)
+
+
+def last(stage: list[Instruction], keyword: str) -> Instruction | None:
+    found = [i for i in stage if i.keyword == keyword]
+    return found[-1] if found else None
+
+
+@pytest.fixture(scope="module")
+def stages() -> list[list[Instruction]]:
+    return parse_dockerfile((ROOT / "Dockerfile").read_text())
+
+
+@pytest.fixture(scope="module")
+def final(stages) -> list[Instruction]:
+    return stages[-1]
+
+
+@pytest.fixture(scope="module")
+def project() -> dict:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+
+
+@pytest.fixture(scope="module")
+def pins() -> dict[str, Version]:
+    found: dict[str, Version] = {}
+    for number, raw in enumerate((ROOT / "constraints.txt").read_text().splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        match = PIN.fullmatch(line)
+        assert match, f"constraints.txt line {number} is not name==version: {raw!r}"
+        name = canonicalize_name(match["name"])
+        assert name not in found, f"constraints.txt pins {name} twice"
+        found[name] = Version(match["version"])
+    return found
+
+
+@pytest.fixture(scope="module")
+def health_code(final) -> str:
+    """The Python one-liner the HEALTHCHECK runs."""
+    healthcheck = last(final, "HEALTHCHECK")
+    assert healthcheck is not None, "the image has no HEALTHCHECK; Chariot's engines must answer health"
+    match = re.fullmatch(r"((?:--\S+\s+)*)CMD\s+(.+)", healthcheck.args, re.I | re.S)
+    assert match, f"HEALTHCHECK must run a command, found: {healthcheck.args}"
+    args = command(match[2])
+    assert Path(args[0]).name.startswith("python") and "-c" in args, f"HEALTHCHECK is not `python -c ...`: {args}"
+    return args[args.index("-c") + 1]
+
+
+def test_cmd_is_the_module_the_end_to_end_tests_start(final, engine):
+    package = engine_package(ROOT / "src")
+    cmd = last(final, "CMD")
+    assert cmd is not None and cmd.args.startswith("["), "CMD must be in JSON form, so python is PID 1 and gets SIGTERM"
+    assert command(cmd.args) == ["python", "-m", package]
+    assert last(final, "ENTRYPOINT") is None, "an ENTRYPOINT would change what CMD starts"
+    assert engine.process.args == [sys.executable, "-m", package], "the tests no longer start what the image runs"
+
+
+def test_exposes_the_engine_ports(final):
+    exposed = {int(port.split("/")[0]) for i in final if i.keyword == "EXPOSE" for port in i.args.split()}
+    assert {ENGINE_DEFAULTS["http_port"], ENGINE_DEFAULTS["grpc_port"]} <= exposed
+    assert {8080, 8081} <= exposed
+    assert exposed <= {ENGINE_DEFAULTS[k] for k in ("http_port", "grpc_port", "metrics_port")}, (
+        f"EXPOSE lists ports the engine does not open: {sorted(exposed)}"
+    )
+
+
+def test_healthcheck_targets_the_engine_health_route(health_code):
+    urls = re.findall(r"http://127\.0\.0\.1:[^/'\"]+(/[^'\"\s]*)", health_code)
+    assert len(urls) == 1, f"expected one loopback URL in the HEALTHCHECK, found {urls}: {health_code}"
+    assert urls[0] in HEALTH_PATHS, f"{urls[0]} is not a health route the engine serves ({sorted(HEALTH_PATHS)})"
+    assert health_code.count(str(ENGINE_DEFAULTS["http_port"])) == 1, "the HEALTHCHECK must target the REST port"
+
+
+def run_health(code: str, *, port: int | None = None) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "MLSERVER_HTTP_PORT"}
+    if port is not None:
+        env["MLSERVER_HTTP_PORT"] = str(port)
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=30)
+
+
+def test_healthcheck_command_passes_against_the_running_engine(health_code, engine):
+    default_port = str(ENGINE_DEFAULTS["http_port"])
+    # The image's port, swapped for the one the test engine listens on.
+    result = run_health(health_code.replace(default_port, str(engine.http_port)))
+    assert result.returncode == 0, result.stderr
+    if "MLSERVER_HTTP_PORT" in health_code:  # it claims to follow the port override: hold it to that
+        result = run_health(health_code, port=engine.http_port)
+        assert result.returncode == 0, result.stderr
+
+
+def test_healthcheck_command_reports_unhealthy_when_nothing_answers(health_code):
+    port = str(free_port())
+    result = run_health(health_code.replace(str(ENGINE_DEFAULTS["http_port"]), port), port=int(port))
+    assert result.returncode == 1, f"Docker reads exit 1 as unhealthy (2 is reserved); got {result.returncode}"
+
+
+def test_runs_as_a_numeric_non_root_user(final):
+    user = last(final, "USER")
+    assert user is not None, "the image would run as root"
+    uid = user.args.split(":")[0]
+    assert uid.isdigit(), f"USER {user.args}: a numeric UID lets Kubernetes' runAsNonRoot verify it"
+    assert int(uid) != 0, "the image runs as root"
+
+
+def test_base_image_is_slim_python_in_requires_python(stages, project):
+    requires = SpecifierSet(project["requires-python"])
+    for stage in stages:
+        image = next(word for word in stage[0].args.split() if not word.startswith("--"))
+        match = SLIM_PYTHON.fullmatch(image)
+        assert match, f"{image} is not a python:X.Y-slim-<debian release> image"
+        assert requires.contains(Version(match[1])), f"{image} is outside requires-python {requires}"
+
+
+def test_installs_the_engine_with_the_constraints(final, stages):
+    installs = [
+        args
+        for stage in stages
+        for i in stage
+        if i.keyword == "RUN"
+        for part in re.split(r"&&|;", i.args)
+        if "pip" in (args := shlex.split(part)) and "install" in args
+    ]
+    engine_installs = [a for a in installs if "." in a]
+    assert engine_installs, f"no `pip install ... .` in the Dockerfile: {installs}"
+    for args in engine_installs:
+        assert "-c" in args and args[args.index("-c") + 1] == "constraints.txt", f"unconstrained install: {args}"
+        assert "--no-cache-dir" in args, f"pip's cache would stay in a layer: {args}"
+        assert not any(a.startswith(".[") for a in args), "the image must not install the test extras"
+    copied = " ".join(i.args for stage in stages for i in stage if i.keyword in {"COPY", "ADD"})
+    assert re.search(r"(^|\s)(constraints\.txt|\.)(\s|$)", copied), "constraints.txt is never copied into the build"
+
+
+def test_constraints_pin_every_dependency(pins, project):
+    assert canonicalize_name(project["name"]) not in pins, "constraints.txt must not pin the engine itself"
+    for dependency in project["dependencies"]:
+        requirement = Requirement(dependency)
+        if requirement.marker is not None and not requirement.marker.evaluate():
+            continue
+        name = canonicalize_name(requirement.name)
+        assert name in pins, f"{requirement.name} is in pyproject.toml but not pinned in constraints.txt"
+        assert requirement.specifier.contains(pins[name], prereleases=True), (
+            f"constraints.txt pins {name}=={pins[name]}, outside pyproject's {requirement}"
+        )
+
+
+def test_constraints_pin_the_same_mlserver(pins, project):
+    requirements = [Requirement(d) for d in project["dependencies"]]
+    (mlserver,) = [r for r in requirements if canonicalize_name(r.name) == "mlserver"]
+    (specifier,) = mlserver.specifier
+    assert specifier.operator == "==", f"pyproject should pin mlserver exactly, found {mlserver}"
+    assert pins["mlserver"] == Version(specifier.version)
+
+
+def test_constraints_need_no_template_rendering():
+    text = (ROOT / "constraints.txt").read_text()
+    for opening in ("{" + "{", "{" + "%"):  # spelled apart: this file is rendered by cookiecutter too
+        assert opening not in text, f"constraints.txt contains {opening!r}, which cookiecutter would try to render"
+
+
+def test_dockerignore_keeps_tests_and_git_out():
+    patterns = [
+        line.strip()
+        for line in (ROOT / ".dockerignore").read_text().splitlines()
+        if line.strip() and not line.strip().startswith("#")
+    ]
+    excluded = {p.strip("/") for p in patterns if not p.startswith("!")}
+    reincluded = {p[1:].strip("/") for p in patterns if p.startswith("!")}
+    for needed in ("tests", ".git"):
+        assert needed in excluded, f".dockerignore does not exclude {needed}"
+        again = [p for p in reincluded if p == needed or p.startswith(f"{needed}/")]
+        assert not again, f".dockerignore re-includes {again}"

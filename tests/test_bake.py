@@ -65,9 +65,10 @@ def test_only_the_chosen_task_is_kept(baked, task):
     model = (root / "src" / package / "model.py").read_text()
     assert f"TaskType.{TASKS[task].upper()}" in model
     assert (root / "tests" / "test_task.py").is_file()
-    assert (root / "src" / "chariot_support" / "server.py").read_bytes() == (
-        TEMPLATE_ROOT / "{{cookiecutter.engine_name}}" / "src" / "chariot_support" / "server.py"
-    ).read_bytes()
+    support = TEMPLATE_ROOT / "{{cookiecutter.engine_name}}" / "src" / "chariot_support"
+    shipped = {p.relative_to(support): p.read_bytes() for p in files(support)}
+    baked_support = root / "src" / "chariot_support"
+    assert {p.relative_to(baked_support): p.read_bytes() for p in files(baked_support)} == shipped
     main = (root / "src" / package / "__main__.py").read_text()
     assert f'DEFAULT_MODEL_ID = "{ANSWERS.get(task, {}).get("model_id", "demo")}"' in main
 

@@ -12,7 +12,7 @@ import PIL.Image
 import pytest
 from mlserver.types import InferenceRequest
 
-from chariot_support.decoding import Limits, decode_image, parse_request
+from chariot_support.decoding import DEFAULT_LIMITS, Limits, decode_image, parse_request
 from chariot_support.errors import BadRequest
 from chariot_support.tasks import TaskType
 from chariot_support.testing import as_image, encode_image
@@ -61,7 +61,7 @@ def tensor(datatype: str, data: list, shape=None, name: str = "x", **parameters)
     return body
 
 
-def parse(*inputs, task=DETECTION, limits=Limits(), **parameters):
+def parse(*inputs, task=DETECTION, limits=DEFAULT_LIMITS, **parameters):
     body = {"inputs": list(inputs)}
     if parameters:
         body["parameters"] = parameters
@@ -72,7 +72,7 @@ def first(*inputs, task=DETECTION, **parameters):
     return parse(*(inputs or [image()]), task=task, **parameters).images[0]
 
 
-def decoded(data, limits=Limits()) -> np.ndarray:
+def decoded(data, limits=DEFAULT_LIMITS) -> np.ndarray:
     return decode_image(first(image(data=data)).encoded, "input 'img'", limits)
 
 

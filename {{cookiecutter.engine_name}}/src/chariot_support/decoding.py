@@ -49,6 +49,9 @@ class Limits:
     max_image_pixels: int = 100_000_000
 
 
+DEFAULT_LIMITS = Limits()
+
+
 @dataclass(frozen=True)
 class ImageInput:
     """One image input as sent, before its pixels are decoded."""
@@ -99,7 +102,7 @@ def parameters_of(parameters: Parameters | None) -> dict[str, Any]:
     return values
 
 
-def parse_request(request: InferenceRequest, task: TaskType, limits: Limits = Limits()) -> ParsedRequest:
+def parse_request(request: InferenceRequest, task: TaskType, limits: Limits = DEFAULT_LIMITS) -> ParsedRequest:
     """Check the envelope and every input; raise BadRequest naming the first problem."""
     if not request.inputs:
         raise BadRequest("the request has no inputs: send at least one image as a BYTES input")
@@ -231,7 +234,7 @@ def _image_bytes(value: Any, where: str) -> bytes:
     return raw
 
 
-def decode_image(encoded: bytes, where: str, limits: Limits = Limits()) -> np.ndarray:
+def decode_image(encoded: bytes, where: str, limits: Limits = DEFAULT_LIMITS) -> np.ndarray:
     """Decode an image file to RGB uint8 pixels (H, W, 3), honouring EXIF orientation."""
     try:
         with warnings.catch_warnings():

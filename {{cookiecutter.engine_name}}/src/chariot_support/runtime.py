@@ -94,7 +94,7 @@ class ChariotRuntime(MLModel):
             raise PredictFailed(f"predict failed: {type(exc).__name__}: {exc}") from None
         checked = validate_results(self._task, results, [i.name for i in images])
         outputs = []
-        for image, per_image in zip(request.images, checked):
+        for image, per_image in zip(request.images, checked, strict=True):
             chosen = select(
                 self._task,
                 per_image,

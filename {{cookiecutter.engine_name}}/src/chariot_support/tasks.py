@@ -189,7 +189,7 @@ def validate_results(task: TaskType, results: Any, image_names: Sequence[str]) -
             f"predict must return one list of {result_type} per image ({len(image_names)}), got {got}"
         )
     checked = []
-    for index, (name, per_image) in enumerate(zip(image_names, results)):
+    for index, (name, per_image) in enumerate(zip(image_names, results, strict=True)):
         try:
             checked.append(_ADAPTERS[task].validate_python(per_image))
         except ValidationError as exc:

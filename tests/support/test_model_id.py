@@ -1,0 +1,38 @@
+"""How the engine learns its Chariot model id: any m-<id> by default, one id when CHARIOT_MODEL_ID pins it."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import requests
+
+from chariot_support.testing import chariot_request, image_input, run_engine
+
+HERE = Path(__file__).parent
+BODY = json.dumps(chariot_request(image_input("image-0", np.zeros((16, 16, 3), np.uint8))))
+
+
+def test_a_pinned_id_answers_alone():
+    with run_engine("faulty_engine", src=HERE, env={"CHARIOT_MODEL_ID": "Pinned-42"}) as engine:
+        pinned = requests.post(f"{engine.url}/v2/models/m-pinned-42/infer/", data=BODY, timeout=30)
+        assert pinned.status_code == 200 and pinned.json()["model_name"] == "m-pinned-42"
+        other = requests.post(f"{engine.url}/v2/models/m-other/infer/", data=BODY, timeout=30)
+        assert other.status_code == 404 and "m-other" in other.json()["error"]
+        root = requests.post(f"{engine.url}/infer", data=BODY, timeout=30)
+        assert root.json()["model_name"] == "m-pinned-42"
+        assert requests.get(f"{engine.url}/v2/models/m-other/ready", timeout=5).status_code == 404
+
+
+def test_an_id_that_cannot_stand_in_the_url_stops_the_engine_with_a_reason():
+    result = subprocess.run(
+        [sys.executable, "-m", "faulty_engine"],
+        cwd=HERE,
+        env={**__import__("os").environ, "CHARIOT_MODEL_ID": "no/slashes", "MLSERVER_HTTP_PORT": "0"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode != 0
+    assert "model id 'no/slashes' cannot stand in /v2/models/m-<id>" in result.stderr

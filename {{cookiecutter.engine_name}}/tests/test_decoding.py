@@ -15,7 +15,7 @@ from mlserver.types import InferenceRequest
 from chariot_support.decoding import DEFAULT_LIMITS, Limits, decode_image, parse_request
 from chariot_support.errors import BadRequest
 from chariot_support.tasks import TaskType
-from chariot_support.testing import as_image, encode_image
+from chariot_support.testing import as_image, encode_image, expect_error
 
 DETECTION = TaskType.OBJECT_DETECTION
 RED, BLUE = (255, 0, 0), (0, 0, 255)
@@ -81,13 +81,7 @@ def decode_one(datatype: str, data: list, shape=None) -> np.ndarray:
 
 
 def refused(call, *fragments: str) -> str:
-    with pytest.raises(BadRequest) as caught:
-        call()
-    message = str(caught.value)
-    assert caught.value.status_code == 400
-    for fragment in fragments:
-        assert fragment in message, message
-    return message
+    return expect_error(call, BadRequest, *fragments)
 
 
 # --- images -------------------------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ from chariot_support.tasks import (
     to_dicts,
     validate_results,
 )
+from chariot_support.testing import expect_error, same_corners
 
 # The examples on Chariot's chariot-v2-kserve protocol page, one per result type.
 PROTOCOL_EXAMPLES = [
@@ -41,18 +42,8 @@ def rotated_corners(cx: float, cy: float, w: float, h: float, radians: float) ->
     return local @ np.array([[c, -s], [s, c]]).T + (cx, cy)
 
 
-def same_corners(a: np.ndarray, b: np.ndarray, tolerance: float) -> bool:
-    return all(np.linalg.norm(b - corner, axis=1).min() <= tolerance for corner in a)
-
-
 def invalid(call, *fragments: str) -> str:
-    with pytest.raises(InvalidResult) as caught:
-        call()
-    message = str(caught.value)
-    assert caught.value.status_code == 500
-    for fragment in fragments:
-        assert fragment in message, message
-    return message
+    return expect_error(call, InvalidResult, *fragments)
 
 
 # --- result types and their dicts ---------------------------------------------------------------------------

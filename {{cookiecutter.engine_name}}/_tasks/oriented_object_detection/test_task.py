@@ -4,10 +4,9 @@ import json
 import math
 
 import cv2
-import numpy as np
 import requests
 
-from chariot_support.testing import as_image, chariot_request, image_input
+from chariot_support.testing import as_image, chariot_request, image_input, same_corners
 from {{ cookiecutter.__package_name }}.model import Model
 
 
@@ -23,10 +22,6 @@ def corners(result, width, height):
     rect = ((result["cx"] * width, result["cy"] * height), (result["w"] * width, result["h"] * height),
             math.degrees(result["r"]))
     return cv2.boxPoints(rect)
-
-
-def same_corners(a, b, tolerance):
-    return all(np.min(np.linalg.norm(b - point, axis=1)) <= tolerance for point in a)
 
 
 def test_model_finds_each_drawn_shape(tmp_path, scene):

@@ -11,10 +11,6 @@ class ChariotError(MLServerError):
     def __init__(self, message: str, status_code: int | None = None):
         super().__init__(message, status_code or self.status_code_default)
 
-    # Parallel workers pickle exceptions back to the main process; keep the status code across.
-    def __reduce__(self):
-        return (type(self), (str(self), self.status_code))
-
 
 class BadRequest(ChariotError):
     """The client sent something the engine cannot use (400)."""

@@ -23,6 +23,7 @@ import cv2
 import numpy as np
 
 from .decoding import Image
+from .errors import ChariotError
 
 
 def free_port() -> int:
@@ -72,6 +73,24 @@ def chariot_metadata(**extended: Any) -> str:
             ],
         }
     )
+
+
+def expect_error(call, error_type: type[ChariotError], *fragments: str) -> str:
+    """Call `call`, which must raise `error_type` with its usual status and a message holding every fragment."""
+    try:
+        call()
+    except error_type as error:
+        message = str(error)
+        assert error.status_code == error_type.status_code_default, (error.status_code, message)
+        missing = [f for f in fragments if f not in message]
+        assert not missing, f"{missing} not in {message!r}"
+        return message
+    raise AssertionError(f"expected {error_type.__name__}, nothing was raised")
+
+
+def same_corners(a: np.ndarray, b: np.ndarray, tolerance: float) -> bool:
+    """Whether every corner in `a` lies within `tolerance` of some corner in `b` (boxes' corner order varies)."""
+    return all(np.linalg.norm(np.asarray(b) - corner, axis=1).min() <= tolerance for corner in np.asarray(a))
 
 
 def engine_package(src: Path) -> str:

@@ -26,3 +26,9 @@ class InvalidResult(ChariotError):
     """The engine author's predict returned something that is not a valid Chariot result (500)."""
 
     status_code_default = 500
+
+
+class NotFound(ChariotError):
+    """No such model or version here (404)."""
+
+    status_code_default = 404

@@ -7,23 +7,34 @@ import json
 import logging
 import os
 import re
-from typing import Any, Optional
+from contextlib import contextmanager
+from typing import Any, Iterator, Optional
 
 from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from mlserver import MLServer
-from mlserver.errors import MLServerError
-from mlserver.handlers import DataPlane
+from mlserver.errors import MLServerError, ModelNotFound
+from mlserver.handlers import DataPlane, ModelRepositoryHandlers
 from mlserver.parallel.errors import WorkerError
+from mlserver.repository import ModelRepository
 from mlserver.rest.endpoints import Endpoints
 from mlserver.settings import ModelParameters, ModelSettings, Settings
-from mlserver.types import InferenceRequest, InferenceResponse, MetadataModelResponse, MetadataTensor
+from mlserver.types import (
+    InferenceRequest,
+    InferenceResponse,
+    MetadataModelResponse,
+    MetadataTensor,
+    RepositoryIndexRequest,
+    RepositoryIndexResponse,
+)
 from mlserver.utils import install_uvloop_event_loop
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .base import ChariotModel
-from .errors import ChariotError
+from .errors import ChariotError, NotFound
+from .grpc_api import ChariotGRPCServer
+from .runtime import env_int
 
 logger = logging.getLogger("chariot_support")
 
@@ -40,10 +51,14 @@ ENGINE_DEFAULTS: dict[str, Any] = {
     "grpc_port": 8081,
     "metrics_port": 8082,
 }
+DEFAULT_MAX_REQUEST_MB = 64  # eight 12-megapixel JPEGs in base64, with room to spare
 
 
 def engine_settings() -> Settings:
-    overrides = {k: v for k, v in ENGINE_DEFAULTS.items() if f"MLSERVER_{k.upper()}" not in os.environ}
+    """MLServer's settings with the engine's defaults. CHARIOT_MAX_REQUEST_MB is the one limit on a request's
+    size: it becomes gRPC's message limit, and the REST body limit is read back from there."""
+    defaults = {**ENGINE_DEFAULTS, "grpc_max_message_length": env_int("CHARIOT_MAX_REQUEST_MB", DEFAULT_MAX_REQUEST_MB) << 20}
+    overrides = {k: v for k, v in defaults.items() if f"MLSERVER_{k.upper()}" not in os.environ}
     return Settings(**overrides)
 
 
@@ -90,7 +105,8 @@ def _unwrap(error: MLServerError) -> MLServerError:
 
 
 class ChariotDataPlane:
-    """MLServer's data plane with Chariot's model naming and request ids, shared by REST and gRPC."""
+    """MLServer's data plane with Chariot's model naming, request ids and not-found messages, shared by REST
+    and gRPC."""
 
     def __init__(self, inner: DataPlane, *, model_name: str, pinned: bool):
         self._inner = inner
@@ -107,13 +123,32 @@ class ChariotDataPlane:
             return self.model_name
         return name
 
-    async def infer(self, payload: InferenceRequest, name: str, version: Optional[str] = None) -> InferenceResponse:
-        if payload.id is None and payload.parameters is not None and payload.parameters.headers:
-            payload.id = payload.parameters.headers.get("x-request-id")
+    @contextmanager
+    def named(self, name: str, version: Optional[str] = None) -> Iterator[str]:
+        """The registry's name for `name`; a model it cannot find becomes a 404 that says what is served."""
         try:
-            response = await self._inner.infer(payload, self.resolve(name), version)
-        except MLServerError as error:
-            raise _unwrap(error) from None
+            yield self.resolve(name)
+        except ModelNotFound:
+            if self.resolve(name) != self.model_name:
+                served = self.model_name if self._pinned else f"any m-<id> name (it was started as {self.model_name})"
+                raise NotFound(f"no model named {name!r}: this engine serves {served}") from None
+            if version:
+                raise NotFound(f"model {name!r} has no version {version!r} loaded") from None
+            raise ChariotError(
+                f"model {name!r} is not loaded: load it with POST /v2/repository/models/{name}/load", 404
+            ) from None
+
+    async def infer(self, payload: InferenceRequest, name: str, version: Optional[str] = None) -> InferenceResponse:
+        if not payload.id:
+            headers = payload.parameters.headers if payload.parameters is not None else None
+            payload.id = (headers or {}).get("x-request-id") or None
+        with self.named(name, version) as resolved:
+            try:
+                response = await self._inner.infer(payload, resolved, version)
+            except ModelNotFound:
+                raise
+            except MLServerError as error:
+                raise _unwrap(error) from None
         response.model_name = name
         return response
 
@@ -125,28 +160,48 @@ class ChariotDataPlane:
             return False
 
     async def model_ready(self, name: str, version: Optional[str] = None) -> bool:
-        return await self._inner.model_ready(self.resolve(name), version)
+        with self.named(name, version) as resolved:
+            return await self._inner.model_ready(resolved, version)
 
     async def model_metadata(self, name: str, version: Optional[str] = None) -> MetadataModelResponse:
-        metadata = await self._inner.model_metadata(self.resolve(name), version)
+        with self.named(name, version) as resolved:
+            metadata = await self._inner.model_metadata(resolved, version)
         return metadata.model_copy(update={"name": name})
 
 
-class _JSONResultsDataPlane:
-    """The gRPC view of the data plane: a BYTES element holds the JSON-encoded result list, as gRPC can
-    carry only bytes where REST carries JSON values."""
+class EngineRepository(ModelRepository):
+    """The model repository of an engine: the one model it was built to serve, so that repository loads and
+    unloads act on it instead of searching the working directory for model-settings.json files."""
 
-    def __init__(self, data_plane: ChariotDataPlane):
+    def __init__(self, model: ModelSettings):
+        self._model = model
+
+    async def list(self) -> list[ModelSettings]:
+        return [self._model]
+
+    async def find(self, name: str) -> list[ModelSettings]:
+        if name != self._model.name:
+            raise ModelNotFound(name)
+        return [self._model]
+
+
+class ChariotRepositoryHandlers:
+    """MLServer's model repository handlers, reached by any of the model's m-<id> names as inference is."""
+
+    def __init__(self, inner: ModelRepositoryHandlers, data_plane: ChariotDataPlane):
+        self._inner = inner
         self._data_plane = data_plane
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._data_plane, name)
+    async def index(self, payload: RepositoryIndexRequest) -> RepositoryIndexResponse:
+        return await self._inner.index(payload)
 
-    async def infer(self, payload: InferenceRequest, name: str, version: Optional[str] = None) -> InferenceResponse:
-        response = await self._data_plane.infer(payload, name, version)
-        for output in response.outputs:
-            output.data.root = [json.dumps(results).encode() for results in output.data.root]
-        return response
+    async def load(self, name: str) -> bool:
+        with self._data_plane.named(name) as resolved:
+            return await self._inner.load(resolved)
+
+    async def unload(self, name: str) -> bool:
+        with self._data_plane.named(name) as resolved:
+            return await self._inner.unload(resolved)
 
 
 def _error(status_code: int, message: str) -> JSONResponse:
@@ -178,7 +233,60 @@ class JSONBodies:
         await self.app(scope, receive, send)
 
 
-def install_chariot_routes(app: FastAPI, data_plane: ChariotDataPlane) -> None:
+class _BodyTooLarge(Exception):
+    pass
+
+
+class BodyLimit:
+    """Refuse a request body over the size limit with 413, before reading it when Content-Length says so and
+    as soon as the limit is passed when it does not, so an oversize upload never sits whole in memory."""
+
+    def __init__(self, app, max_bytes: int):
+        self.app = app
+        self.max_bytes = max_bytes
+
+    def _message(self, size: str) -> str:
+        return (
+            f"the request body is {size}, more than this engine's limit of {self.max_bytes:,} bytes:"
+            " send fewer or smaller images per request, or raise CHARIOT_MAX_REQUEST_MB"
+        )
+
+    async def _refuse(self, send, size: str) -> None:
+        response = _error(413, self._message(size))
+        await send({"type": "http.response.start", "status": 413, "headers": response.raw_headers})
+        await send({"type": "http.response.body", "body": response.body})
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        declared = dict(scope["headers"]).get(b"content-length", b"")
+        if declared.isdigit() and int(declared) > self.max_bytes:
+            return await self._refuse(send, f"{int(declared):,} bytes")
+        received = 0
+        started = False
+
+        async def counted_receive():
+            nonlocal received
+            message = await receive()
+            received += len(message.get("body", b""))
+            if received > self.max_bytes:
+                raise _BodyTooLarge
+            return message
+
+        async def watched_send(message):
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, counted_receive, watched_send)
+        except _BodyTooLarge:
+            if started:
+                raise
+            await self._refuse(send, f"over {self.max_bytes:,} bytes")
+
+
+def install_chariot_routes(app: FastAPI, data_plane: ChariotDataPlane, *, max_request_bytes: int) -> None:
     """Add the paths Chariot calls beside MLServer's V2 routes, and make every error body `{"error": ...}`."""
     endpoints = Endpoints(data_plane)
     # Chariot's URL ends in /infer/; MLServer would 307-redirect it to an absolute URL that is wrong behind
@@ -195,7 +303,7 @@ def install_chariot_routes(app: FastAPI, data_plane: ChariotDataPlane) -> None:
     async def ready() -> JSONResponse:
         if await data_plane.ready():
             return JSONResponse({"status": "ready"})
-        return _error(503, "the model is still loading")
+        return _error(503, "the model is not loaded yet")
 
     app.add_api_route("/infer", infer, methods=["POST"], **lean)
     app.add_api_route("/ready", ready, methods=["GET"])
@@ -215,31 +323,38 @@ def install_chariot_routes(app: FastAPI, data_plane: ChariotDataPlane) -> None:
         return _error(500, f"internal error: {type(exc).__name__}: {exc}")
 
     app.add_middleware(JSONBodies)
+    app.add_middleware(BodyLimit, max_bytes=max_request_bytes)
     app.add_exception_handler(RequestValidationError, on_validation_error)
     app.add_exception_handler(StarletteHTTPException, on_http_error)
     app.add_exception_handler(Exception, on_unhandled)
 
 
 class ChariotServer(MLServer):
-    """MLServer with the Chariot data plane and routes."""
+    """MLServer serving one Chariot model, with the Chariot data plane, routes and gRPC service."""
 
-    def __init__(self, settings: Settings, *, model_name: str, pinned: bool):
-        self._chariot_model = (model_name, pinned)
+    def __init__(self, settings: Settings, *, model: ModelSettings, pinned: bool):
+        self._chariot_model = (model, pinned)
         super().__init__(settings)
 
     def _create_servers(self) -> None:
-        model_name, pinned = self._chariot_model
-        self._data_plane = ChariotDataPlane(self._data_plane, model_name=model_name, pinned=pinned)
+        model, pinned = self._chariot_model
+        self._data_plane = ChariotDataPlane(self._data_plane, model_name=model.name, pinned=pinned)
+        self._model_repository = EngineRepository(model)
+        self._model_repository_handlers = ChariotRepositoryHandlers(
+            ModelRepositoryHandlers(self._model_repository, self._model_registry), self._data_plane
+        )
         super()._create_servers()
-        self._grpc_server._data_plane = _JSONResultsDataPlane(self._data_plane)
-        install_chariot_routes(self._rest_server._app, self._data_plane)
+        self._grpc_server = ChariotGRPCServer(self._settings, self._data_plane, self._model_repository_handlers)
+        install_chariot_routes(
+            self._rest_server._app, self._data_plane, max_request_bytes=self._settings.grpc_max_message_length
+        )
 
 
 async def _serve(model_class: type[ChariotModel], default_model_id: str) -> None:
     settings = engine_settings()
     model_id = model_id_from_env(default_model_id)
     model = model_settings(model_class, model_id)
-    server = ChariotServer(settings, model_name=model.name, pinned=bool(os.environ.get("CHARIOT_MODEL_ID")))
+    server = ChariotServer(settings, model=model, pinned=bool(os.environ.get("CHARIOT_MODEL_ID")))
     logger.info("serving %s as %s on REST :%s and gRPC :%s", model_class.task_type.value, model.name,
                 settings.http_port, settings.grpc_port)
     await server.start([model])

@@ -233,10 +233,6 @@ class JSONBodies:
         await self.app(scope, receive, send)
 
 
-class _BodyTooLarge(Exception):
-    pass
-
-
 class BodyLimit:
     """Refuse a request body over the size limit with 413, before reading it when Content-Length says so and
     as soon as the limit is passed when it does not, so an oversize upload never sits whole in memory."""
@@ -263,26 +259,24 @@ class BodyLimit:
         if declared.isdigit() and int(declared) > self.max_bytes:
             return await self._refuse(send, f"{int(declared):,} bytes")
         received = 0
-        started = False
+        too_large = False
 
         async def counted_receive():
-            nonlocal received
+            nonlocal received, too_large
             message = await receive()
             received += len(message.get("body", b""))
             if received > self.max_bytes:
-                raise _BodyTooLarge
+                # End the body here, so the app stops reading; its answer to the cut body is replaced below.
+                too_large = True
+                return {"type": "http.request", "body": b"", "more_body": False}
             return message
 
-        async def watched_send(message):
-            nonlocal started
-            started = started or message["type"] == "http.response.start"
-            await send(message)
+        async def guarded_send(message):
+            if not too_large:
+                await send(message)
 
-        try:
-            await self.app(scope, counted_receive, watched_send)
-        except _BodyTooLarge:
-            if started:
-                raise
+        await self.app(scope, counted_receive, guarded_send)
+        if too_large:
             await self._refuse(send, f"over {self.max_bytes:,} bytes")
 
 

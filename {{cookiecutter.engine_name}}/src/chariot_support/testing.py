@@ -75,6 +75,37 @@ def chariot_metadata(**extended: Any) -> str:
     )
 
 
+def grpc_request(body: dict, model_name: str, *, raw: bool = False):
+    """The gRPC ModelInferRequest carrying the same Chariot request as the REST `body`. gRPC parameters hold no
+    lists, so list values (prompts) travel JSON-encoded, and BYTES strings travel as their bytes; with `raw`,
+    tensor data goes in raw_input_contents."""
+    from mlserver.grpc.converters import ModelInferRequestConverter
+    from mlserver.types import InferenceRequest
+
+    def flat(parameters: dict | None) -> dict | None:
+        if parameters is None:
+            return None
+        return {k: json.dumps(v) if isinstance(v, list) else v for k, v in parameters.items()}
+
+    def tensor(t: dict) -> dict:
+        data = t.get("data")
+        if t.get("datatype") == "BYTES" and isinstance(data, list):
+            data = [d.encode() if isinstance(d, str) else d for d in data]
+        return {**t, "data": data, "parameters": flat(t.get("parameters"))}
+
+    body = {**body, "parameters": flat(body.get("parameters")), "inputs": [tensor(t) for t in body["inputs"]]}
+    request = InferenceRequest.model_validate({k: v for k, v in body.items() if v is not None})
+    return ModelInferRequestConverter.from_types(request, model_name=model_name, use_raw=raw)
+
+
+def grpc_results(response) -> dict[str, list]:
+    """Each output's result list from a gRPC ModelInferResponse, whichever field carries the bytes."""
+    from mlserver.grpc.converters import ModelInferResponseConverter
+
+    answer = ModelInferResponseConverter.to_types(response)
+    return {output.name: json.loads(output.data.root[0]) for output in answer.outputs}
+
+
 def expect_error(call, error_type: type[ChariotError], *fragments: str) -> str:
     """Call `call`, which must raise `error_type` with its usual status and a message holding every fragment."""
     try:

@@ -1,0 +1,198 @@
+"""End to end over gRPC: the Open Inference Protocol service on real sockets, held to what REST answers."""
+
+import base64
+import json
+from pathlib import Path
+
+import grpc
+import numpy as np
+import pytest
+import requests
+from mlserver.grpc import dataplane_pb2 as pb
+from mlserver.grpc.dataplane_pb2_grpc import GRPCInferenceServiceStub
+
+from chariot_support.testing import (
+    chariot_metadata,
+    chariot_request,
+    encode_image,
+    grpc_request,
+    grpc_results,
+    image_input,
+    run_engine,
+)
+
+PROMPTS = ["what colours are in the picture?"]
+
+
+@pytest.fixture(scope="module")
+def stub(engine):
+    with grpc.insecure_channel(engine.grpc_address) as channel:
+        yield GRPCInferenceServiceStub(channel)
+
+
+def rest(engine, model_name, body):
+    return requests.post(f"{engine.url}/v2/models/{model_name}/infer", data=json.dumps(body), timeout=30)
+
+
+def rest_results(response) -> dict[str, list]:
+    assert response.status_code == 200, response.text
+    return {output["name"]: output["data"][0] for output in response.json()["outputs"]}
+
+
+def grpc_error(call) -> grpc.RpcError:
+    with pytest.raises(grpc.RpcError) as caught:
+        call()
+    return caught.value
+
+
+def test_health_and_metadata_over_grpc(stub, model_name):
+    assert stub.ServerLive(pb.ServerLiveRequest()).live
+    assert stub.ServerReady(pb.ServerReadyRequest()).ready
+    assert stub.ModelReady(pb.ModelReadyRequest(name="m-deployed-elsewhere")).ready
+    assert stub.ServerMetadata(pb.ServerMetadataRequest()).name
+    metadata = stub.ModelMetadata(pb.ModelMetadataRequest(name=model_name))
+    assert metadata.name == model_name
+    assert metadata.platform.startswith("chariot-v2-kserve_")
+    assert [(t.datatype, list(t.shape)) for t in metadata.inputs] == [("BYTES", [1])]
+    assert [(t.datatype, list(t.shape)) for t in metadata.outputs] == [("BYTES", [1])]
+
+
+@pytest.mark.parametrize("raw", [False, True], ids=["bytes_contents", "raw_input_contents"])
+def test_grpc_results_equal_rest_results(engine, stub, model_name, scene, raw):
+    body = chariot_request(
+        image_input("image-0", scene.pixels, prompts=PROMPTS),
+        image_input("image-1", scene.pixels[:, ::-1].copy(), prompts=PROMPTS),
+    )
+    expected = rest_results(rest(engine, model_name, body))
+    response = stub.ModelInfer(grpc_request(body, model_name, raw=raw))
+    assert grpc_results(response) == expected
+    assert [o.name for o in response.outputs] == ["image-0", "image-1"]
+    assert all(o.datatype == "BYTES" and list(o.shape) == [1] for o in response.outputs)
+
+
+def test_grpc_echoes_the_request_id_and_passes_metadata_through(stub, model_name, scene):
+    metadata = chariot_metadata(site="north", frame=12)
+    body = {**chariot_request(image_input("image-0", scene.pixels, prompts=PROMPTS), metadata=metadata), "id": "req-7"}
+    response = stub.ModelInfer(grpc_request(body, model_name))
+    assert response.id == "req-7"
+    assert response.parameters["metadata"].string_param == metadata
+    plain = grpc_request(chariot_request(image_input("image-0", scene.pixels, prompts=PROMPTS)), model_name)
+    from_header = stub.ModelInfer(plain, metadata=[("x-request-id", "from-header")])
+    assert from_header.id == "from-header"
+    assert stub.ModelInfer(plain).id != stub.ModelInfer(plain).id
+
+
+def test_raw_image_bytes_are_read_like_base64(engine, stub, model_name, scene):
+    body = chariot_request(image_input("image-0", scene.pixels, prompts=PROMPTS))
+    request = grpc_request(body, model_name)
+    request.inputs[0].contents.bytes_contents[0] = base64.b64decode(body["inputs"][0]["data"][0])
+    assert grpc_results(stub.ModelInfer(request)) == rest_results(rest(engine, model_name, body))
+
+
+def test_a_photo_beyond_grpc_default_4_mib_is_served(stub, model_name):
+    noise = np.random.default_rng(7).integers(0, 256, (1400, 1400, 3), dtype=np.uint8)
+    body = chariot_request({"name": "photo", "shape": [1], "datatype": "BYTES", "data": [encode_image(noise)],
+                            "parameters": {"prompts": PROMPTS}})
+    request = grpc_request(body, model_name)
+    assert request.ByteSize() > 5 << 20
+    assert "photo" in grpc_results(stub.ModelInfer(request))
+
+
+def _with(scene, **tensor_overrides):
+    tensor = image_input("image-0", scene.pixels, prompts=PROMPTS)
+    tensor.update(tensor_overrides)
+    return chariot_request(tensor)
+
+
+CLIENT_MISTAKES = {
+    "invalid base64": lambda s: _with(s, data=["@@not base64@@"]),
+    "bytes that are no image": lambda s: _with(s, data=["aGVsbG8gd29ybGQ="]),
+    "shape disagrees with data": lambda s: _with(s, shape=[3]),
+    "unknown action": lambda s: _with(s, parameters={"action": "explode", "prompts": PROMPTS}),
+    "metadata not JSON": lambda s: {**_with(s), "parameters": {"metadata": "{oops"}},
+}
+
+
+@pytest.mark.parametrize("case", CLIENT_MISTAKES)
+def test_client_mistakes_are_invalid_argument_with_the_rest_message(engine, stub, model_name, scene, case):
+    body = CLIENT_MISTAKES[case](scene)
+    over_rest = rest(engine, model_name, body)
+    assert over_rest.status_code == 400, over_rest.text
+    error = grpc_error(lambda: stub.ModelInfer(grpc_request(body, model_name)))
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert error.details() == over_rest.json()["error"]
+
+
+def test_malformed_raw_contents_are_invalid_argument(stub, model_name, scene):
+    request = grpc_request(_with(scene), model_name, raw=True)
+    request.raw_input_contents[0] = b"\xff\xff\x00\x00short"
+    error = grpc_error(lambda: stub.ModelInfer(request))
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "raw_input_contents" in error.details() and "4-byte little-endian length" in error.details()
+
+
+def test_unknown_model_is_not_found_on_every_call(engine, stub, scene):
+    over_rest = rest(engine, "resnet50", _with(scene))
+    assert over_rest.status_code == 404
+    calls = {
+        "ModelInfer": lambda: stub.ModelInfer(grpc_request(_with(scene), "resnet50")),
+        "ModelReady": lambda: stub.ModelReady(pb.ModelReadyRequest(name="resnet50")),
+        "ModelMetadata": lambda: stub.ModelMetadata(pb.ModelMetadataRequest(name="resnet50")),
+    }
+    for name, call in calls.items():
+        error = grpc_error(call)
+        assert error.code() == grpc.StatusCode.NOT_FOUND, name
+        assert error.details() == over_rest.json()["error"], name
+    assert "resnet50" in over_rest.json()["error"]
+
+
+@pytest.fixture(scope="module")
+def small_engine(package):
+    """An engine of its own, whose model the repository tests unload, with a 1 MiB request limit."""
+    with run_engine(package, src=Path(__file__).resolve().parents[1] / "src", env={"CHARIOT_MAX_REQUEST_MB": "1"}) as running:
+        with grpc.insecure_channel(running.grpc_address) as channel:
+            yield running, GRPCInferenceServiceStub(channel)
+
+
+def test_one_request_size_limit_on_both_transports(small_engine, model_name):
+    engine, stub = small_engine
+    oversize = chariot_request({"name": "image-0", "shape": [1], "datatype": "BYTES",
+                                "data": [base64.b64encode(bytes(1 << 20)).decode()]})
+    declared = rest(engine, model_name, oversize)
+    assert declared.status_code == 413
+    assert "1,048,576 bytes" in declared.json()["error"] and "CHARIOT_MAX_REQUEST_MB" in declared.json()["error"]
+    raw = json.dumps(oversize).encode()
+    chunked = requests.post(f"{engine.url}/v2/models/{model_name}/infer",
+                            data=(raw[i:i + 65536] for i in range(0, len(raw), 65536)), timeout=30)
+    assert chunked.status_code == 413, chunked.text
+    error = grpc_error(lambda: stub.ModelInfer(grpc_request(oversize, model_name)))
+    assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert requests.get(f"{engine.url}/v2/health/ready", timeout=5).status_code == 200
+
+
+def test_repository_index_unload_and_load_on_both_transports(small_engine, model_name, scene):
+    engine, stub = small_engine
+    body = _with(scene)
+    index = requests.post(f"{engine.url}/v2/repository/index", json={}, timeout=5).json()
+    assert [(m["name"], m["state"]) for m in index] == [(model_name, "READY")]
+    grpc_index = stub.RepositoryIndex(pb.RepositoryIndexRequest())
+    assert [(m.name, m.state) for m in grpc_index.models] == [(model_name, "READY")]
+
+    assert requests.post(f"{engine.url}/v2/repository/models/m-deployed/unload", timeout=30).status_code == 200
+    assert not stub.ServerReady(pb.ServerReadyRequest()).ready
+    assert requests.get(f"{engine.url}/v2/health/ready", timeout=5).status_code == 400
+    unloaded = rest(engine, "m-deployed", body)
+    assert unloaded.status_code == 404 and "not loaded" in unloaded.json()["error"]
+    assert grpc_error(lambda: stub.ModelInfer(grpc_request(body, "m-deployed"))).code() == grpc.StatusCode.NOT_FOUND
+
+    stub.RepositoryModelLoad(pb.RepositoryModelLoadRequest(model_name="m-deployed"))
+    assert stub.ServerReady(pb.ServerReadyRequest()).ready
+    assert rest(engine, "m-deployed", body).status_code == 200
+    stub.RepositoryModelUnload(pb.RepositoryModelUnloadRequest(model_name=model_name))
+    assert requests.get(f"{engine.url}/ready", timeout=5).status_code == 503
+    assert requests.post(f"{engine.url}/v2/repository/models/{model_name}/load", timeout=30).status_code == 200
+    assert requests.get(f"{engine.url}/ready", timeout=5).json() == {"status": "ready"}
+
+    assert requests.post(f"{engine.url}/v2/repository/models/resnet50/load", timeout=30).status_code == 404
+    error = grpc_error(lambda: stub.RepositoryModelLoad(pb.RepositoryModelLoadRequest(model_name="resnet50")))
+    assert error.code() == grpc.StatusCode.NOT_FOUND

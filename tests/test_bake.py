@@ -9,35 +9,11 @@ import venv
 
 import numpy as np
 import pytest
-from cookiecutter.main import cookiecutter
-
+from baking import ANSWERS, TASKS
 from chariot_support.testing import chariot_request, image_input, run_engine
 from template_paths import TEMPLATE_ROOT
 
-TASKS = {
-    "Image Classification": "image_classification",
-    "Object Detection": "object_detection",
-    "Oriented Object Detection": "oriented_object_detection",
-    "Image Segmentation": "image_segmentation",
-    "Image Text to Text": "image_text_to_text",
-}
-# One task bakes under unusual names, so derived names are exercised beyond the defaults.
-ANSWERS = {"Image Segmentation": {"engine_name": "road-damage-2", "model_id": "0a1b2c-seg"}}
 LEFTOVER = re.compile(r"\{\{\s*cookiecutter|\{%")
-
-
-@pytest.fixture(scope="session")
-def baked(tmp_path_factory):
-    engines = {}
-
-    def bake(task):
-        if task not in engines:
-            answers = {"task_type": task, **ANSWERS.get(task, {})}
-            out = tmp_path_factory.mktemp(TASKS[task])
-            engines[task] = cookiecutter(str(TEMPLATE_ROOT), no_input=True, extra_context=answers, output_dir=str(out))
-        return engines[task]
-
-    return bake
 
 
 def files(root):

@@ -208,29 +208,41 @@ def _error(status_code: int, message: str) -> JSONResponse:
     return JSONResponse(status_code=status_code, content={"error": message})
 
 
-def _validation_message(exc: RequestValidationError) -> str:
+def _validation_message(exc: RequestValidationError, path: str) -> str:
     first = exc.errors()[0]
     loc = [p for p in first.get("loc", ()) if p != "body"]
     if first.get("type") == "json_invalid":
         return f"the request body is not valid JSON: {first.get('ctx', {}).get('error', first['msg'])}"
     if not loc:
-        return f"the request body must be a JSON object with an 'inputs' list ({first['msg']})"
+        wanted = "a JSON object with an 'inputs' list" if path.rstrip("/").endswith("infer") else "a JSON object"
+        return f"the request body must be {wanted} ({first['msg']})"
     path = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc).lstrip(".")
     return f"{path}: {first['msg']}"
 
 
 class JSONBodies:
-    """Read every POST body as JSON whatever its Content-Type: `curl -d` labels it form data, and the engine's
-    POST routes take nothing but JSON."""
+    """Read every POST body as JSON whatever its Content-Type (`curl -d` labels it form data, and the engine's
+    POST routes take nothing but JSON), and an empty body as `{}`, as tritonclient sends a repository index."""
 
     def __init__(self, app):
         self.app = app
 
     async def __call__(self, scope, receive, send):
-        if scope["type"] == "http" and scope["method"] == "POST":
-            headers = [(k, v) for k, v in scope["headers"] if k != b"content-type"]
-            scope = {**scope, "headers": [*headers, (b"content-type", b"application/json")]}
-        await self.app(scope, receive, send)
+        if scope["type"] != "http" or scope["method"] != "POST":
+            return await self.app(scope, receive, send)
+        headers = [(k, v) for k, v in scope["headers"] if k != b"content-type"]
+        scope = {**scope, "headers": [*headers, (b"content-type", b"application/json")]}
+        first = True
+
+        async def empty_is_an_object():
+            nonlocal first
+            message = await receive()
+            if first and message["type"] == "http.request" and not message.get("body") and not message.get("more_body"):
+                message = {**message, "body": b"{}"}
+            first = False
+            return message
+
+        await self.app(scope, empty_is_an_object, send)
 
 
 class BodyLimit:
@@ -303,7 +315,7 @@ def install_chariot_routes(app: FastAPI, data_plane: ChariotDataPlane, *, max_re
     app.add_api_route("/ready", ready, methods=["GET"])
 
     async def on_validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
-        return _error(400, _validation_message(exc))
+        return _error(400, _validation_message(exc, request.url.path))
 
     async def on_http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         if exc.status_code == 404:

@@ -1,0 +1,26 @@
+"""Baking engines for the template's tests: every task type, one of them under unusual names."""
+
+from pathlib import Path
+
+from cookiecutter.main import cookiecutter
+
+from template_paths import TEMPLATE_ROOT
+
+TASKS = {
+    "Image Classification": "image_classification",
+    "Object Detection": "object_detection",
+    "Oriented Object Detection": "oriented_object_detection",
+    "Image Segmentation": "image_segmentation",
+    "Image Text to Text": "image_text_to_text",
+}
+# One task bakes under unusual names, so derived names are exercised beyond the defaults.
+ANSWERS = {"Image Segmentation": {"engine_name": "road-damage-2", "model_id": "0a1b2c-seg"}}
+
+
+def bake(task: str, output_dir: Path) -> Path:
+    answers = {"task_type": task, **ANSWERS.get(task, {})}
+    return Path(cookiecutter(str(TEMPLATE_ROOT), no_input=True, extra_context=answers, output_dir=str(output_dir)))
+
+
+def model_name(task: str) -> str:
+    return f"m-{ANSWERS.get(task, {}).get('model_id', 'demo')}"

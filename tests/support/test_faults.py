@@ -4,11 +4,13 @@ with and without MLServer's parallel workers."""
 import json
 from pathlib import Path
 
+import grpc
 import numpy as np
 import pytest
 import requests
+from mlserver.grpc.dataplane_pb2_grpc import GRPCInferenceServiceStub
 
-from chariot_support.testing import chariot_request, image_input, run_engine
+from chariot_support.testing import chariot_request, grpc_request, grpc_results, image_input, run_engine
 
 HERE = Path(__file__).parent
 PIXELS = np.zeros((32, 48, 3), np.uint8)
@@ -58,3 +60,14 @@ def test_the_request_id_reaches_the_log_of_a_failed_predict(engine):
     response = infer(engine, {**faulty("raise"), "id": "trace-me-123"})
     assert response.status_code == 500
     assert "trace-me-123" in engine.log()
+
+
+def test_grpc_reports_a_failed_predict_as_internal_with_the_same_message(engine):
+    rest = infer(engine, faulty("raise"))
+    with grpc.insecure_channel(engine.grpc_address) as channel:
+        stub = GRPCInferenceServiceStub(channel)
+        with pytest.raises(grpc.RpcError) as caught:
+            stub.ModelInfer(grpc_request(faulty("raise"), "m-faulty"))
+        assert caught.value.code() == grpc.StatusCode.INTERNAL
+        assert caught.value.details() == rest.json()["error"]
+        assert grpc_results(stub.ModelInfer(grpc_request(faulty(None), "m-faulty")))["image-0"][0]["label"] == "cat"

@@ -197,3 +197,10 @@ def test_repository_index_unload_and_load_on_both_transports(small_engine, model
     assert requests.post(f"{engine.url}/v2/repository/models/resnet50/load", timeout=30).status_code == 404
     error = grpc_error(lambda: stub.RepositoryModelLoad(pb.RepositoryModelLoadRequest(model_name="resnet50")))
     assert error.code() == grpc.StatusCode.NOT_FOUND
+
+
+def test_streaming_is_refused_plainly(stub, model_name, scene):
+    with pytest.raises(grpc.RpcError) as caught:
+        list(stub.ModelStreamInfer(iter([grpc_request(_with(scene), model_name)])))
+    assert caught.value.code() == grpc.StatusCode.UNIMPLEMENTED
+    assert "ModelInfer" in caught.value.details()

@@ -24,6 +24,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .base import ChariotModel
 from .errors import ChariotError
+from .legacy import install_legacy_routes
 
 logger = logging.getLogger("chariot_support")
 
@@ -233,6 +234,7 @@ class ChariotServer(MLServer):
         super()._create_servers()
         self._grpc_server._data_plane = _JSONResultsDataPlane(self._data_plane)
         install_chariot_routes(self._rest_server._app, self._data_plane)
+        install_legacy_routes(self._rest_server._app, self._data_plane)
 
 
 async def _serve(model_class: type[ChariotModel], default_model_id: str) -> None:

@@ -191,8 +191,9 @@ def _blank(rgb: np.ndarray, mask: np.ndarray) -> np.ndarray:
 
 
 def _touches(region: ColourRegion, mask: np.ndarray) -> bool:
+    """Whether the region meets the blanked area (what is left of a region cut in two sits right beside it)."""
     x0, y0, x1, y1 = region.bbox
-    return bool(mask[y0:y1, x0:x1].any())
+    return bool(mask[max(y0 - 1, 0) : y1 + 1, max(x0 - 1, 0) : x1 + 1].any())
 
 
 def _count(n: int, colour: str) -> str:

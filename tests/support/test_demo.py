@@ -261,3 +261,54 @@ def test_find_is_deterministic_on_vga_image():
 def test_rejects_non_rgb_input():
     with pytest.raises(ValueError):
         ColourFinder().find(np.zeros((10, 10), np.uint8))
+
+
+# --- explain by occlusion ---------------------------------------------------------------------------------
+
+
+def test_occlusion_of_a_whole_region_takes_its_whole_score():
+    from chariot_support.tasks import Detection, OrientedDetection, Segmentation
+
+    finder, img = ColourFinder(), scene()
+    regions = finder.find(img)
+    results = [Detection(label=r.label, score=r.score, xmin=r.bbox[0], ymin=r.bbox[1], xmax=r.bbox[2], ymax=r.bbox[3])
+               for r in regions]
+    results += [OrientedDetection.from_rotated_rect(r.label, r.score, r.rotated_box, W, H) for r in regions]
+    results += [Segmentation(label=r.label, score=r.score, contour=[r.contour]) for r in regions]
+    assert finder.occlusion(img, results) == pytest.approx([r.score for r in results])
+
+
+def test_occlusion_of_part_of_a_region_leaves_the_rest_scoring():
+    from chariot_support.tasks import Detection
+
+    finder, img = ColourFinder(), scene()
+    red = by_label(finder.find(img))["red"]
+    (xmin, ymin, xmax, ymax) = red.bbox
+    half = Detection(label="red", score=red.score, xmin=xmin, ymin=ymin, xmax=(xmin + xmax) // 2, ymax=ymax)
+    (importance,) = finder.occlusion(img, [half])
+    assert 0 < importance < red.score
+    # Blanking where nothing of that colour is leaves no red region touching the box.
+    elsewhere = Detection(label="red", score=0.4, xmin=0, ymin=400, xmax=30, ymax=470)
+    assert finder.occlusion(img, [elsewhere]) == [pytest.approx(0.4)]
+
+
+def test_occlusion_of_a_label_takes_its_share_away():
+    from chariot_support.tasks import Classification
+
+    finder, img = ColourFinder(), scene()
+    shares = finder.class_scores(img)
+    results = [Classification(label=label, score=score) for label, score in shares.items()]
+    assert finder.occlusion(img, results) == pytest.approx(list(shares.values()))
+    only_red = square(blank(), 10, 10, 60, RED)
+    # With the only colour gone the demo falls back to equal thirds, so red keeps a third.
+    assert finder.occlusion(only_red, [Classification(label="red", score=1.0)]) == [pytest.approx(2 / 3)]
+
+
+def test_occlusion_of_an_answer_is_the_share_of_regions_it_depends_on():
+    from chariot_support.tasks import PromptAnswer
+
+    finder, img = ColourFinder(), scene()
+    prompts = ["is there anything red?", "how many regions are there?"]
+    answers = [PromptAnswer(prompt=p, answer=finder.describe(img, p)) for p in prompts]
+    assert finder.occlusion(img, answers) == pytest.approx([1 / 3, 1.0])
+    assert finder.occlusion(blank(), [PromptAnswer(prompt="red?", answer=finder.describe(blank(), "red?"))]) == [0.0]

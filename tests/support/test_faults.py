@@ -71,3 +71,28 @@ def test_grpc_reports_a_failed_predict_as_internal_with_the_same_message(engine)
         assert caught.value.code() == grpc.StatusCode.INTERNAL
         assert caught.value.details() == rest.json()["error"]
         assert grpc_results(stub.ModelInfer(grpc_request(faulty(None), "m-faulty")))["image-0"][0]["label"] == "cat"
+
+
+def v1(engine, verb, body):
+    return requests.post(f"{engine.url}/v1/models/m-faulty:{verb}", data=json.dumps(body), timeout=30)
+
+
+def test_v1_routes_reach_the_model_in_process_and_in_workers(engine):
+    image = {"b64": image_input("x", PIXELS)["data"][0]}
+    response = v1(engine, "predict", {"instances": [image, {"image": image, "fault": None}]})
+    assert response.status_code == 200, response.text
+    expected = infer(engine, faulty(None, images=2)).json()["outputs"]
+    assert response.json() == {"predictions": [o["data"][0] for o in expected]}
+    failed = v1(engine, "predict", {"instances": [{"image": image, "fault": "raise"}]})
+    assert failed.status_code == 500
+    assert failed.json() == {"error": "predict failed: RuntimeError: the GPU caught fire"}
+    refused = v1(engine, "predict", {"instances": [{"image": image, "action": "explode"}]})
+    assert refused.status_code == 400
+    assert refused.json()["error"].startswith("input 'instances[0]': unknown action 'explode'")
+
+
+def test_explain_without_a_model_explain_is_501(engine):
+    response = v1(engine, "explain", {"instances": [{"b64": image_input("x", PIXELS)["data"][0]}]})
+    assert response.status_code == 501
+    assert "FaultyModel" in response.json()["error"] and "has no explain" in response.json()["error"]
+    assert v1(engine, "predict", {"instances": [image_input("x", PIXELS)["data"][0]]}).status_code == 200

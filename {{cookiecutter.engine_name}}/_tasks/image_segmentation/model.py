@@ -31,3 +31,10 @@ class Model(ChariotModel):
             [Segmentation(label=r.label, score=r.score, contour=[r.contour]) for r in self.finder.find(image.pixels)]
             for image in images
         ]
+
+    def explain(
+        self, images: Sequence[Image], tensors: Mapping[str, np.ndarray], results: Sequence[Sequence[Segmentation]]
+    ) -> list[dict]:
+        # Optional: answers POST /v1/models/<name>:explain with one explanation per image. The demo explains by
+        # occlusion, one importance per result in `results` (what the engine answers for that image).
+        return [{"importance_scores": self.finder.occlusion(image.pixels, chosen)} for image, chosen in zip(images, results)]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import ClassVar, Mapping, Sequence
+from typing import Any, ClassVar, Mapping, Sequence
 
 import numpy as np
 
@@ -33,3 +33,19 @@ class ChariotModel:
         you return, so return every result you have with its score.
         """
         raise NotImplementedError(f"{type(self).__name__}.predict is not written yet")
+
+    def explain(
+        self, images: Sequence[Image], tensors: Mapping[str, np.ndarray], results: Sequence[Sequence[Any]]
+    ) -> list[dict]:
+        """Optional: return one JSON object per image explaining `results`, what the engine answers for it.
+
+        `results` holds, per image, the results the engine kept from predict (after `score_threshold` and
+        `action`), in the order it answers them, so an explanation can refer to them by position; for example
+        `{"importance_scores": [one number per result]}`. The legacy `:explain` route calls it; an engine whose
+        model leaves it out answers that route with 501.
+        """
+        raise NotImplementedError(f"{type(self).__name__}.explain is not written")
+
+
+def has_explain(model_class: type[ChariotModel]) -> bool:
+    return model_class.explain is not ChariotModel.explain

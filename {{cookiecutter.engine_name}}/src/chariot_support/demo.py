@@ -10,9 +10,12 @@ import re
 from collections import Counter
 from dataclasses import dataclass, fields
 from pathlib import Path
+from typing import Sequence
 
 import cv2
 import numpy as np
+
+from .tasks import Classification, Detection, OrientedDetection, PromptAnswer, Segmentation
 
 LABELS = ("red", "green", "blue")
 
@@ -131,6 +134,66 @@ class ColourFinder:
             total = sum(counts.values())
             return f"{total} region{'' if total == 1 else 's'} in total: {summary}."
         return f"I found {summary}."
+
+
+    def occlusion(self, rgb: np.ndarray, results: Sequence) -> list[float]:
+        """Occlusion importance, one number per result: how much its score drops when its region is blanked.
+
+        A classification's region is every region of its colour; a prompt answer has no score, so its number
+        is the share of the image's regions whose blanking changes the answer.
+        """
+        return [self._importance(rgb, result) for result in results]
+
+    def _importance(self, rgb: np.ndarray, result) -> float:
+        if isinstance(result, PromptAnswer):
+            regions = self.find(rgb)
+            changed = [self.describe(_blank(rgb, _region_mask(rgb, r)), result.prompt) != result.answer for r in regions]
+            return sum(changed) / len(regions) if regions else 0.0
+        if isinstance(result, Classification):
+            mask = np.zeros(rgb.shape[:2], np.uint8)
+            for region in self.find(rgb):
+                if region.label == result.label:
+                    mask |= _region_mask(rgb, region)
+            return max(result.score - self.class_scores(_blank(rgb, mask))[result.label], 0.0)
+        mask = _result_mask(rgb, result)
+        left = [r.score for r in self.find(_blank(rgb, mask)) if r.label == result.label and _touches(r, mask)]
+        return max(result.score - max(left, default=0.0), 0.0)
+
+
+def _region_mask(rgb: np.ndarray, region: ColourRegion) -> np.ndarray:
+    mask = np.zeros(rgb.shape[:2], np.uint8)
+    cv2.drawContours(mask, [region.contour], -1, 1, cv2.FILLED)
+    return mask
+
+
+def _result_mask(rgb: np.ndarray, result) -> np.ndarray:
+    """The pixels a located result covers, grown by a pixel or two so rounding leaves no sliver behind."""
+    height, width = rgb.shape[:2]
+    mask = np.zeros((height, width), np.uint8)
+    if isinstance(result, Detection):
+        x0, y0 = int(np.floor(result.xmin)), int(np.floor(result.ymin))
+        mask[max(y0, 0) : int(np.ceil(result.ymax)), max(x0, 0) : int(np.ceil(result.xmax))] = 1
+    elif isinstance(result, OrientedDetection):
+        rect = ((result.cx * width, result.cy * height), (result.w * width, result.h * height), np.degrees(result.r))
+        cv2.fillPoly(mask, [np.round(cv2.boxPoints(rect)).astype(np.int32)], 1)
+    elif isinstance(result, Segmentation):
+        polygons = [np.round([(p.x, p.y) for p in points]).astype(np.int32) for points in result.contour]
+        cv2.fillPoly(mask, polygons, 1)
+    else:
+        raise TypeError(f"no region for a {type(result).__name__}")
+    return cv2.dilate(mask, _OPEN_KERNEL, iterations=2)
+
+
+def _blank(rgb: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    occluded = rgb.copy()
+    occluded[mask.astype(bool)] = 0  # the demo's background is black
+    return occluded
+
+
+def _touches(region: ColourRegion, mask: np.ndarray) -> bool:
+    """Whether the region meets the blanked area (what is left of a region cut in two sits right beside it)."""
+    x0, y0, x1, y1 = region.bbox
+    return bool(mask[max(y0 - 1, 0) : y1 + 1, max(x0 - 1, 0) : x1 + 1].any())
 
 
 def _count(n: int, colour: str) -> str:

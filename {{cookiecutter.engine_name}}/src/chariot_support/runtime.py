@@ -4,19 +4,21 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import json
 import logging
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
 from pathlib import Path
+from typing import Any
 
 from mlserver import MLModel
 from mlserver.types import InferenceRequest, InferenceResponse, Parameters, ResponseOutput
 
 from .base import ChariotModel
-from .decoding import Image, Limits, decode_image, parse_request
-from .errors import ChariotError, PredictFailed
+from .decoding import Image, Limits, ParsedRequest, decode_image, parse_request
+from .errors import ChariotError, InvalidResult, PredictFailed
 from .tasks import TaskType, select, to_dicts, validate_results
 
 logger = logging.getLogger("chariot_support")
@@ -43,6 +45,28 @@ def env_int(name: str, default: int) -> int:
     return number
 
 
+def validate_explanations(explanations: Any, count: int) -> list[dict]:
+    """Explanations go out as strict JSON, so each must be a JSON object of finite numbers."""
+    if not isinstance(explanations, (list, tuple)) or len(explanations) != count:
+        got = f"a list of {len(explanations)}" if isinstance(explanations, (list, tuple)) else type(explanations).__name__
+        raise InvalidResult(f"explain must return one JSON object per image ({count}), got {got}")
+    for index, explanation in enumerate(explanations):
+        if not isinstance(explanation, dict):
+            raise InvalidResult(f"explain returned a {type(explanation).__name__} for image {index}; return a dict")
+        try:
+            json.dumps(explanation, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise InvalidResult(f"explain returned an explanation for image {index} that is not JSON: {exc}") from None
+    return list(explanations)
+
+
+def engine_limits() -> Limits:
+    return Limits(
+        max_inputs=env_int("CHARIOT_MAX_INPUTS", Limits.max_inputs),
+        max_image_pixels=env_int("CHARIOT_MAX_IMAGE_PIXELS", Limits.max_image_pixels),
+    )
+
+
 class ChariotRuntime(MLModel):
     """Loads the author's ChariotModel and answers inference requests with it."""
 
@@ -50,10 +74,7 @@ class ChariotRuntime(MLModel):
         extra = self.settings.parameters.extra if self.settings.parameters else {}
         model_class = import_model_class(extra["model_class"])
         self._task = model_class.task_type
-        self._limits = Limits(
-            max_inputs=env_int("CHARIOT_MAX_INPUTS", Limits.max_inputs),
-            max_image_pixels=env_int("CHARIOT_MAX_IMAGE_PIXELS", Limits.max_image_pixels),
-        )
+        self._limits = engine_limits()
         self._model = model_class()
         model_dir = Path(os.environ.get("MODEL_DIR", "/mnt/models"))
         await asyncio.to_thread(self._model.load, model_dir)
@@ -71,8 +92,24 @@ class ChariotRuntime(MLModel):
     async def predict(self, payload: InferenceRequest) -> InferenceResponse:
         return await asyncio.get_running_loop().run_in_executor(self._executor, self._infer, payload)
 
-    def _infer(self, payload: InferenceRequest) -> InferenceResponse:
-        request = parse_request(payload, self._task, self._limits)
+    async def predict_images(
+        self, request: ParsedRequest, request_id: str, explain: bool = False
+    ) -> tuple[list[list[dict]], list[dict] | None]:
+        """The results the engine answers for each image of an already parsed request, as protocol dicts, and
+        the model's explanation of them when asked; other protocols than V2 call this (also across workers)."""
+        return await asyncio.get_running_loop().run_in_executor(
+            self._executor, self._predict_images, request, request_id, explain
+        )
+
+    def _predict_images(
+        self, request: ParsedRequest, request_id: str, explain: bool
+    ) -> tuple[list[list[dict]], list[dict] | None]:
+        images, chosen = self._results(request, request_id)
+        explanations = self._explain(images, request, chosen, request_id) if explain else None
+        return [to_dicts(results) for results in chosen], explanations
+
+    def _results(self, request: ParsedRequest, request_id: str | None) -> tuple[list[Image], list[list[Any]]]:
+        """Decode, predict, check and select: each image's results as the engine answers them."""
         images = [
             Image(
                 name=i.name,
@@ -90,24 +127,40 @@ class ChariotRuntime(MLModel):
         except ChariotError:
             raise
         except Exception as exc:
-            logger.exception("predict failed for request %s", payload.id)
+            logger.exception("predict failed for request %s", request_id)
             raise PredictFailed(f"predict failed: {type(exc).__name__}: {exc}") from None
         checked = validate_results(self._task, results, [i.name for i in images])
+        chosen = [
+            select(self._task, per_image, action=image.action, score_threshold=image.score_threshold,
+                   prompts=image.prompts)
+            for image, per_image in zip(request.images, checked, strict=True)
+        ]
+        return images, chosen
+
+    def _explain(
+        self, images: list[Image], request: ParsedRequest, chosen: list[list[Any]], request_id: str
+    ) -> list[dict]:
+        try:
+            with self._predict_guard:
+                explanations = self._model.explain(images, request.tensors, chosen)
+        except ChariotError:
+            raise
+        except Exception as exc:
+            logger.exception("explain failed for request %s", request_id)
+            raise PredictFailed(f"explain failed: {type(exc).__name__}: {exc}") from None
+        return validate_explanations(explanations, len(images))
+
+    def _infer(self, payload: InferenceRequest) -> InferenceResponse:
+        request = parse_request(payload, self._task, self._limits)
+        _, chosen = self._results(request, payload.id)
         outputs = []
-        for image, per_image in zip(request.images, checked, strict=True):
-            chosen = select(
-                self._task,
-                per_image,
-                action=image.action,
-                score_threshold=image.score_threshold,
-                prompts=image.prompts,
-            )
+        for image, results in zip(request.images, chosen, strict=True):
             outputs.append(
                 ResponseOutput(
                     name=image.name,
                     shape=[1],
                     datatype="BYTES",
-                    data=[to_dicts(chosen)],
+                    data=[to_dicts(results)],
                     parameters=Parameters(metadata=image.metadata) if image.metadata is not None else None,
                 )
             )

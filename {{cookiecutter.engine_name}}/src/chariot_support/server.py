@@ -34,6 +34,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from .base import ChariotModel
 from .errors import ChariotError, NotFound
 from .grpc_api import ChariotGRPCServer
+from .legacy import install_legacy_routes
 from .runtime import env_int
 
 logger = logging.getLogger("chariot_support")
@@ -354,6 +355,7 @@ class ChariotServer(MLServer):
         install_chariot_routes(
             self._rest_server._app, self._data_plane, max_request_bytes=self._settings.grpc_max_message_length
         )
+        install_legacy_routes(self._rest_server._app, self._data_plane)
 
 
 async def _serve(model_class: type[ChariotModel], default_model_id: str) -> None:

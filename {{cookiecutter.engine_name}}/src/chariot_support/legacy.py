@@ -1,0 +1,378 @@
+"""The legacy protocols beside V2: KServe V1 and TensorFlow Serving's REST API (`/v1/models/...`), read into the
+same parsed request as V2 and answered by the same predict."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import re
+import uuid
+from typing import Any, Mapping
+
+import cv2
+import numpy as np
+from fastapi import FastAPI, Request, Response
+from mlserver import MLModel
+from mlserver.errors import MLServerError
+from mlserver.parallel.model import ParallelModel
+from mlserver.types import InferenceRequest, Parameters, RequestInput
+
+from .base import has_explain
+from .decoding import Limits, ParsedRequest, parse_request
+from .errors import BadRequest, ChariotError, NotFound
+from .runtime import engine_limits, import_model_class
+from .tasks import TaskType
+
+_TARGET = r"(?P<name>[^/:]+)(?:/versions/(?P<version>[^/:]+)|/labels/(?P<label>[^/:]+))?"
+STATUS_PATH = re.compile(_TARGET + r"(?P<metadata>/metadata)?")
+VERB_PATH = re.compile(_TARGET + r":(?P<verb>[^/:]+)")
+VERBS = ("predict", "explain", "classify", "regress")
+# The settings V2 reads from parameters; in a V1 body they sit beside the image or at the top level.
+SETTINGS = ("action", "score_threshold", "prompts", "metadata")
+TOP_LEVEL = {
+    "predict": ("instances", "inputs", "parameters", "signature_name"),
+    "classify": ("examples", "context", "parameters", "signature_name"),
+}
+DEFAULT_SIGNATURE = "serving_default"
+# Keys MLServer's Parameters reads as its own fields: from a V1 body they would turn an image into text.
+_RESERVED = ("content_type", "headers")
+
+
+class NotImplementedByModel(ChariotError):
+    """The route exists but the engine's model does not provide it (501)."""
+
+    status_code_default = 501
+
+
+class ModelLoading(ChariotError):
+    status_code_default = 503
+
+
+# --- reading requests ---------------------------------------------------------------------------------------
+
+
+def read_body(raw: bytes) -> dict:
+    """A JSON object, with NaN, Infinity and -Infinity accepted as TensorFlow Serving accepts them."""
+    try:
+        body = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise BadRequest(f"the request body is not valid JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise BadRequest(f"the request body must be a JSON object, got {type(body).__name__}")
+    return body
+
+
+def parse_predict(body: Mapping[str, Any], task: TaskType, limits: Limits = Limits()) -> ParsedRequest:
+    """Read a `:predict` / `:explain` body: `instances` (rows) or `inputs` (rows, or columns by name)."""
+    _check_keys(body, TOP_LEVEL["predict"])
+    _check_signature(body, (DEFAULT_SIGNATURE,))
+    if "instances" in body and "inputs" in body:
+        raise BadRequest("the request has both 'instances' and 'inputs'; send one of them (rows or columns), not both")
+    shared = _object(body.get("parameters", {}), "parameters")
+    if "instances" in body:
+        rows = _rows(body["instances"], "instances")
+    elif "inputs" not in body:
+        raise BadRequest("the request has neither 'instances' nor 'inputs': send the images as {\"instances\": [...]}")
+    elif isinstance(body["inputs"], dict):
+        rows, columns = _columns(body["inputs"])
+        shared = {**shared, **columns}
+    else:
+        rows = _rows(body["inputs"], "inputs")
+    return _parsed(rows, shared, task, limits)
+
+
+def parse_classify(body: Mapping[str, Any], task: TaskType, limits: Limits = Limits()) -> ParsedRequest:
+    """Read a `:classify` body: `examples`, one image each, and `context` features shared by all of them."""
+    _check_keys(body, TOP_LEVEL["classify"])
+    _check_signature(body, (DEFAULT_SIGNATURE, "classify"))
+    if "examples" not in body:
+        raise BadRequest("the request has no 'examples': send {\"examples\": [{\"image\": {\"b64\": \"...\"}}]}")
+    rows = _rows(body["examples"], "examples")
+    context = _object(body.get("context", {}), "context")
+    for name, (_, own) in rows:
+        repeated = sorted(set(own) & set(context))
+        if repeated:
+            raise BadRequest(f"{name} repeats {repeated[0]!r} from 'context'; a feature goes in one of them, not both")
+    # Classify answers every label with its score, unless the client asks for the top one.
+    shared = {"action": "predict_proba", **_object(body.get("parameters", {}), "parameters"), **context}
+    return _parsed(rows, shared, task, limits)
+
+
+def _check_keys(body: Mapping[str, Any], allowed: tuple[str, ...]) -> None:
+    unknown = sorted(set(body) - set(allowed))
+    if unknown:
+        raise BadRequest(f"the request has an unknown key {unknown[0]!r}; it takes {', '.join(map(repr, allowed))}")
+
+
+def _check_signature(body: Mapping[str, Any], known: tuple[str, ...]) -> None:
+    signature = body.get("signature_name")
+    if signature not in (None, "", *known):
+        raise BadRequest(f"signature_name {signature!r} is not served here; this engine serves {', '.join(map(repr, known))}")
+
+
+def _object(value: Any, where: str) -> dict:
+    if not isinstance(value, dict):
+        raise BadRequest(f"'{where}' must be a JSON object, got {type(value).__name__}")
+    return dict(value)
+
+
+Row = tuple[str, tuple[Any, dict]]
+
+
+def _rows(value: Any, where: str) -> list[Row]:
+    if not isinstance(value, list) or not value:
+        raise BadRequest(f"'{where}' must be a non-empty list with one image per entry")
+    return [(f"{where}[{i}]", _instance(item, f"{where}[{i}]")) for i, item in enumerate(value)]
+
+
+def _instance(item: Any, where: str) -> tuple[Any, dict]:
+    """One row: an image on its own, or an object holding the image and that image's settings."""
+    image = _image_value(item, where)
+    if image is not None:
+        return image, {}
+    if not isinstance(item, dict):
+        raise BadRequest(f"{where} is not an image: send {{\"b64\": \"<base64 of the file>\"}}, or an object such as "
+                         "{\"image\": {\"b64\": \"...\"}} with the image's settings beside it")
+    keys = _image_keys(item)
+    if len(keys) != 1:
+        found = "no image" if not keys else f"{len(keys)} images ({', '.join(keys)})"
+        raise BadRequest(f"{where} holds {found}; put exactly one image in each entry, under 'image' or as "
+                         "a {\"b64\": ...} value")
+    image = _image_value(item[keys[0]], f"{where}.{keys[0]}")
+    if image is None:
+        raise BadRequest(f"{where}.{keys[0]} is not an image: send {{\"b64\": \"<base64 of the file>\"}}")
+    own = {k: v for k, v in item.items() if k != keys[0]}
+    return image, _settings(own, where)
+
+
+def _image_keys(item: Mapping[str, Any]) -> list[str]:
+    if "image" in item:
+        return ["image"]
+    return [k for k, v in item.items() if isinstance(v, dict) and "b64" in v]
+
+
+def _columns(columns: Mapping[str, Any]) -> tuple[list[Row], dict]:
+    """Columnar inputs: the image column holds one image per row; every other column applies to all images."""
+    keys = _image_keys(columns) or [k for k, v in columns.items() if isinstance(v, list) and v and
+                                    all(isinstance(i, dict) and "b64" in i for i in v)]
+    if len(keys) != 1:
+        found = "no image column" if not keys else f"{len(keys)} image columns ({', '.join(keys)})"
+        raise BadRequest(f"'inputs' holds {found}; name one column 'image' with a list of {{\"b64\": ...}} images")
+    name = keys[0]
+    column = columns[name]
+    single = _image_value(column, f"inputs.{name}") if not isinstance(column, list) else None
+    rows = [(f"inputs.{name}[0]", (single, {}))] if single is not None else _rows(column, f"inputs.{name}")
+    for row_name, (_, own) in rows:
+        if own:
+            raise BadRequest(f"{row_name} must be an image; in columnar 'inputs', settings are columns of their own")
+    return rows, _settings({k: v for k, v in columns.items() if k != name}, "inputs")
+
+
+def _settings(values: dict, where: str) -> dict:
+    reserved = [k for k in _RESERVED if k in values]
+    if reserved:
+        raise BadRequest(f"{where}: {reserved[0]!r} is not a setting this engine takes beside an image")
+    return values
+
+
+def _image_value(value: Any, where: str) -> str | bytes | None:
+    """The image in `value` as V2 carries it (base64 text, or the bytes of an image file); None if none."""
+    if isinstance(value, dict) and "b64" in value:
+        if len(value) != 1 or not isinstance(value["b64"], str):
+            raise BadRequest(f"{where} must be {{\"b64\": \"<base64 of the image file>\"}} and nothing else")
+        _check_base64(value["b64"], f"{where}.b64")
+        return value["b64"]
+    if isinstance(value, str):
+        _check_base64(value, where)
+        return value
+    if isinstance(value, list):
+        return _pixels_file(value, where)
+    return None
+
+
+def _check_base64(text: str, where: str) -> None:
+    try:
+        raw = base64.b64decode("".join(text.split()), validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise BadRequest(f"{where} is not valid base64 ({exc}); send the image file as standard base64") from None
+    if not raw:
+        raise BadRequest(f"{where} is empty; send the image file as base64")
+
+
+def _pixels_file(value: list, where: str) -> bytes:
+    """An image sent as nested lists of RGB pixel values (height x width x 3), as many TensorFlow clients send
+    them, encoded losslessly so it takes the same decoding path as a file."""
+    try:
+        pixels = np.array(value, dtype=np.float64)
+    except (ValueError, TypeError):
+        raise BadRequest(f"{where} is not an image: a list must hold pixel rows (height x width x 3) of numbers") from None
+    # Grey (height x width) is refused: a columnar image sent without its batch dimension would look like one.
+    if pixels.ndim != 3 or pixels.shape[2] != 3 or 0 in pixels.shape:
+        raise BadRequest(f"{where} is a list of shape {list(pixels.shape)}; an image as pixels is height x width x 3 (RGB)")
+    if not np.isfinite(pixels).all() or (pixels < 0).any() or (pixels > 255).any() or (pixels % 1).any():
+        raise BadRequest(f"{where}: pixel values must be whole numbers from 0 to 255")
+    bgr = cv2.cvtColor(pixels.astype(np.uint8), cv2.COLOR_RGB2BGR)
+    ok, encoded = cv2.imencode(".png", bgr, [cv2.IMWRITE_PNG_COMPRESSION, 0])
+    if not ok:
+        raise BadRequest(f"{where}: these pixels could not be read as an image")
+    return encoded.tobytes()
+
+
+def _parsed(rows: list[Row], shared: dict, task: TaskType, limits: Limits) -> ParsedRequest:
+    """Each row becomes one V2 image input, so V2's own checks and settings rules apply word for word."""
+    request = InferenceRequest(
+        inputs=[
+            RequestInput(name=name, shape=[1], datatype="BYTES", data=[image], parameters=Parameters(**own) if own else None)
+            for name, (image, own) in rows
+        ],
+        parameters=Parameters(**_settings(shared, "parameters")),
+    )
+    return parse_request(request, task, limits)
+
+
+# --- rendering responses ------------------------------------------------------------------------------------
+
+
+def render_predict(results: list[list[dict]]) -> dict:
+    return {"predictions": results}
+
+
+def render_explain(results: list[list[dict]], explanations: list[dict]) -> dict:
+    return {"predictions": results, "explanations": explanations}
+
+
+def render_classify(results: list[list[dict]]) -> dict:
+    return {"results": [[[r["label"], r["score"]] for r in per_image] for per_image in results]}
+
+
+def model_status(name: str, version: str, ready: bool) -> dict:
+    """KServe's model-ready object and TensorFlow Serving's GetModelStatusResponse, in one."""
+    state = {"state": "AVAILABLE", "status": {"error_code": "OK", "error_message": ""}} if ready else {
+        "state": "LOADING", "status": {"error_code": "UNAVAILABLE", "error_message": "the model is still loading"}}
+    return {"name": name, "ready": ready, "model_version_status": [{"version": version, **state}]}
+
+
+def _tensor(dtype: str, dims: list[int], name: str) -> dict:
+    return {"dtype": dtype, "tensor_shape": {"dim": [{"size": str(d), "name": ""} for d in dims], "unknown_rank": False},
+            "name": name}
+
+
+def model_metadata(name: str, version: str, task: TaskType) -> dict:
+    """TensorFlow Serving's GetModelMetadataResponse: the inputs a row may carry and the output per image."""
+    inputs = {
+        "image": _tensor("DT_STRING", [-1], "image"),
+        "action": _tensor("DT_STRING", [-1], "action"),
+        "score_threshold": _tensor("DT_FLOAT", [-1], "score_threshold"),
+        "prompts": _tensor("DT_STRING", [-1, -1], "prompts"),
+    }
+    signatures = {
+        DEFAULT_SIGNATURE: {
+            "inputs": inputs,
+            # One list of result objects per image; TensorFlow has no dtype for JSON objects.
+            "outputs": {"predictions": _tensor("DT_STRING", [-1, -1], "predictions")},
+            "method_name": "tensorflow/serving/predict",
+        }
+    }
+    if task is TaskType.IMAGE_CLASSIFICATION:
+        signatures["classify"] = {
+            "inputs": {"inputs": _tensor("DT_STRING", [-1], "image")},
+            "outputs": {"classes": _tensor("DT_STRING", [-1, -1], "classes"),
+                        "scores": _tensor("DT_FLOAT", [-1, -1], "scores")},
+            "method_name": "tensorflow/serving/classify",
+        }
+    return {"model_spec": {"name": name, "signature_name": "", "version": version},
+            "metadata": {"signature_def": {"signature_def": signatures}}}
+
+
+# --- routes -------------------------------------------------------------------------------------------------
+
+
+def _json(content: Any, status_code: int = 200) -> Response:
+    # Strict JSON out, whatever came in: results and explanations are checked to be finite.
+    return Response(json.dumps(content, allow_nan=False), status_code=status_code, media_type="application/json")
+
+
+def _failure(error: MLServerError) -> Response:
+    from .server import _unwrap  # server imports this module to install the routes
+
+    error = _unwrap(error)
+    return _json({"error": str(error)}, error.status_code)
+
+
+async def _find_model(data_plane: Any, name: str, version: str | None) -> MLModel:
+    """The one model behind `name`; a label names whatever version the engine serves, as it serves one."""
+    with data_plane.named(name) as resolved:
+        model = await data_plane._model_registry.get_model(resolved)
+    if version is not None and version != model.version:
+        raise NotFound(f"model '{name}' has no version '{version}'; its version is '{model.version}'")
+    return model
+
+
+def _model_class(model: MLModel) -> type:
+    return import_model_class(model.settings.parameters.extra["model_class"])
+
+
+async def _predict_images(model: MLModel, request: ParsedRequest, request_id: str, explain: bool):
+    if not model.ready:
+        raise ModelLoading("the model is still loading; try again when GET /v1/models/<name> says ready")
+    if isinstance(model, ParallelModel):
+        # With parallel workers the model lives in a worker process; the same method runs there.
+        return await model._send("predict_images", request, request_id, explain)
+    return await model.predict_images(request, request_id, explain)
+
+
+def install_legacy_routes(app: FastAPI, data_plane: Any) -> None:
+    """Serve `/v1/models/...` from the model behind `data_plane`."""
+    limits = engine_limits()
+
+    async def list_models() -> Response:
+        return _json({"models": [data_plane.model_name]})
+
+    async def status(path: str) -> Response:
+        match = STATUS_PATH.fullmatch(path)
+        if match is None:
+            return _json({"error": f"no route for GET /v1/models/{path}"}, 404)
+        try:
+            model = await _find_model(data_plane, match["name"], match["version"])
+        except MLServerError as error:
+            return _failure(error)
+        version = model.version or "1"
+        if match["metadata"]:
+            return _json(model_metadata(match["name"], version, _model_class(model).task_type))
+        return _json(model_status(match["name"], version, model.ready), 200 if model.ready else 503)
+
+    async def verb(path: str, request: Request) -> Response:
+        match = VERB_PATH.fullmatch(path)
+        if match is None or match["verb"] not in VERBS:
+            known = ", ".join(f":{v}" for v in VERBS)
+            return _json({"error": f"no route for POST /v1/models/{path}; the verbs are {known}"}, 404)
+        try:
+            model = await _find_model(data_plane, match["name"], match["version"])
+            model_class = _model_class(model)
+            task, name = model_class.task_type, match["verb"]
+            if name == "regress":
+                raise BadRequest(f"this engine does not regress: its model gives {task.value} results; use :predict")
+            if name == "classify" and task is not TaskType.IMAGE_CLASSIFICATION:
+                raise BadRequest(f":classify is for Image Classification and this model gives {task.value} results;"
+                                 " use :predict")
+            if name == "explain" and not has_explain(model_class):
+                raise NotImplementedByModel(
+                    f"this engine's model ({model_class.__name__}) has no explain method; :predict works, or add"
+                    " explain(images, tensors, results) to the model")
+            body = read_body(await request.body())
+            parse = parse_classify if name == "classify" else parse_predict
+            parsed = parse(body, task, limits)
+            request_id = request.headers.get("x-request-id") or uuid.uuid4().hex
+            results, explanations = await _predict_images(model, parsed, request_id, explain=name == "explain")
+        except MLServerError as error:
+            return _failure(error)
+        if name == "classify":
+            return _json(render_classify(results))
+        if name == "explain":
+            return _json(render_explain(results, explanations))
+        return _json(render_predict(results))
+
+    app.add_api_route("/v1/models", list_models, methods=["GET"])
+    app.add_api_route("/v1/models/{path:path}", status, methods=["GET"])
+    app.add_api_route("/v1/models/{path:path}", verb, methods=["POST"])

@@ -7,8 +7,8 @@ green and blue regions, so the engine gives real results right away.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Mapping, Sequence
 
 import numpy as np
 

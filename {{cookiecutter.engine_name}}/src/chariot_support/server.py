@@ -7,7 +7,7 @@ import json
 import logging
 import os
 import re
-from typing import Any, Optional
+from typing import Any
 
 from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
@@ -107,7 +107,7 @@ class ChariotDataPlane:
             return self.model_name
         return name
 
-    async def infer(self, payload: InferenceRequest, name: str, version: Optional[str] = None) -> InferenceResponse:
+    async def infer(self, payload: InferenceRequest, name: str, version: str | None = None) -> InferenceResponse:
         if payload.id is None and payload.parameters is not None and payload.parameters.headers:
             payload.id = payload.parameters.headers.get("x-request-id")
         try:
@@ -124,10 +124,10 @@ class ChariotDataPlane:
         except MLServerError:
             return False
 
-    async def model_ready(self, name: str, version: Optional[str] = None) -> bool:
+    async def model_ready(self, name: str, version: str | None = None) -> bool:
         return await self._inner.model_ready(self.resolve(name), version)
 
-    async def model_metadata(self, name: str, version: Optional[str] = None) -> MetadataModelResponse:
+    async def model_metadata(self, name: str, version: str | None = None) -> MetadataModelResponse:
         metadata = await self._inner.model_metadata(self.resolve(name), version)
         return metadata.model_copy(update={"name": name})
 
@@ -142,7 +142,7 @@ class _JSONResultsDataPlane:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._data_plane, name)
 
-    async def infer(self, payload: InferenceRequest, name: str, version: Optional[str] = None) -> InferenceResponse:
+    async def infer(self, payload: InferenceRequest, name: str, version: str | None = None) -> InferenceResponse:
         response = await self._data_plane.infer(payload, name, version)
         for output in response.outputs:
             output.data.root = [json.dumps(results).encode() for results in output.data.root]

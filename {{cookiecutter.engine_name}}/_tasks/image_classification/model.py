@@ -28,6 +28,9 @@ class Model(ChariotModel):
     def predict(self, images: Sequence[Image], tensors: Mapping[str, np.ndarray]) -> list[list[Classification]]:
         # Return every label with its score; the engine keeps the top one for action "predict".
         return [
-            [Classification(label=label, score=score) for label, score in self.finder.class_scores(image.pixels).items()]
+            [
+                Classification(label=label, score=score)
+                for label, score in self.finder.class_scores(image.pixels).items()
+            ]
             for image in images
         ]

@@ -16,7 +16,13 @@ from cookiecutter.main import cookiecutter
 
 from template_paths import TEMPLATE_ROOT
 
-TASKS = ["Image Classification", "Object Detection", "Oriented Object Detection", "Image Segmentation", "Image Text to Text"]
+TASKS = [
+    "Image Classification",
+    "Object Detection",
+    "Oriented Object Detection",
+    "Image Segmentation",
+    "Image Text to Text",
+]
 # A package name sorting before and one after chariot_support, so import order cannot depend on the name.
 NAMES = {"Image Segmentation": "zebra-crossing", "Image Text to Text": "alpha-vqa"}
 
@@ -32,9 +38,7 @@ def engines(tmp_path_factory) -> dict[str, Path]:
 
 
 def ruff(root: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "ruff", *args], cwd=root, capture_output=True, text=True, timeout=120
-    )
+    return subprocess.run([sys.executable, "-m", "ruff", *args], cwd=root, capture_output=True, text=True, timeout=120)
 
 
 def pyproject(root: Path) -> dict:
@@ -70,8 +74,14 @@ def test_files_left_out_of_formatting_still_need_it(engines):
     pending = pyproject(engines[TASKS[0]])["tool"]["ruff"]["format"].get("exclude", [])
     for path in pending:
         # A path named on the command line is checked even when excluded (ruff's force-exclude is off).
-        needs = [task for task, root in engines.items() if (root / path).is_file() and ruff(root, "format", "--check", path).returncode]
-        assert needs, f"{path} is formatted in every engine: remove it from [tool.ruff.format] exclude in pyproject.toml"
+        needs = [
+            task
+            for task, root in engines.items()
+            if (root / path).is_file() and ruff(root, "format", "--check", path).returncode
+        ]
+        assert needs, (
+            f"{path} is formatted in every engine: remove it from [tool.ruff.format] exclude in pyproject.toml"
+        )
 
 
 def test_ci_python_is_the_image_python(engines):

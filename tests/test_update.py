@@ -1,6 +1,7 @@
 """The template's command-line paths, run as a user runs them: cookiecutter with answers on the command line and
 again from its replay file, and cruft creating an engine and later updating it to a newer template."""
 
+import importlib.util
 import json
 import os
 import shutil
@@ -94,6 +95,7 @@ def commit(repo: Path, message: str, env: dict[str, str]) -> str:
 
 
 def test_cruft_update_brings_template_changes_and_keeps_the_users_model(tmp_path, isolated):
+    assert importlib.util.find_spec("cruft"), "cruft is not installed here: pip install -r requirements-dev.txt"
     cruft = [sys.executable, "-m", "cruft"]
     template = tmp_path / "template"
     copy_template(template)

@@ -6,14 +6,17 @@ from pathlib import Path
 TASK = "{{ cookiecutter.__task_slug }}"
 PACKAGE = "{{ cookiecutter.__package_name }}"
 TASKS = Path("_tasks")
+DESTINATIONS = {"model.py": Path("src") / PACKAGE / "model.py", "test_task.py": Path("tests") / "test_task.py"}
 
 
 def install_task_files() -> None:
     chosen = TASKS / TASK
     if not chosen.is_dir():  # already laid out (a re-run over an existing engine)
         return
-    shutil.move(str(chosen / "model.py"), Path("src") / PACKAGE / "model.py")
-    shutil.move(str(chosen / "test_task.py"), Path("tests") / "test_task.py")
+    for name, destination in DESTINATIONS.items():
+        # Baking over an existing engine (cookiecutter -f -s) must not replace the user's model with the demo.
+        if not destination.exists():
+            shutil.move(str(chosen / name), destination)
 
 
 def remove_other_tasks() -> None:

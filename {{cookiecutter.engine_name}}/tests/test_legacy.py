@@ -90,8 +90,8 @@ def golden_requests(scene, only_red):
         "instances with image_bytes": (":predict", {"instances": [{"image_bytes": {"b64": b64}, "prompts": PROMPTS}]},
                                        [scene]),
         # TF Serving's JSON conformance example: NaN and Infinity among the inputs.
-        "NaN and Infinity": (":predict", '{"instances": [{"image": {"b64": "%s"}, "sensor_readings": [1.0, -3.14, NaN, '
-                                         'Infinity, -Infinity]}], "parameters": {"prompts": %s}}' % (b64, json.dumps(PROMPTS)),
+        "NaN and Infinity": (":predict", '{"instances": [{"image": {"b64": "' + b64 + '"}, "sensor_readings": [1.0, -3.14, '
+                                         'NaN, Infinity, -Infinity]}], "parameters": {"prompts": ' + json.dumps(PROMPTS) + "}}",
                              [scene]),
         # TF Serving's version and label paths.
         "a version path": ("/versions/1:predict", {"instances": [{"b64": b64}], "parameters": {"prompts": PROMPTS}}, [scene]),
@@ -140,12 +140,12 @@ def test_explain_gives_predictions_and_one_explanation_per_instance(engine, mode
     assert list(answer) == ["predictions", "explanations"]
     assert answer["predictions"] == v2_results(engine, model_name, scene.pixels, only_red, prompts=PROMPTS)
     assert len(answer["explanations"]) == 2
-    for results, explanation in zip(answer["predictions"], answer["explanations"]):
+    for results, explanation in zip(answer["predictions"], answer["explanations"], strict=True):
         scores = explanation["importance_scores"]
         assert len(scores) == len(results) and all(0 <= s <= 1 for s in scores)
         assert max(scores) > 0, "blanking what the model found changes its answer"
         if task is not TaskType.IMAGE_TEXT_TO_TEXT:
-            assert all(s <= r["score"] + 1e-9 for s, r in zip(scores, results))
+            assert all(s <= r["score"] + 1e-9 for s, r in zip(scores, results, strict=True))
     columnar = post(engine, f"/v1/models/{model_name}:explain", {"inputs": {"image": [{"b64": b64}], "prompts": PROMPTS}})
     assert columnar.json()["explanations"] == answer["explanations"][:1]
 
@@ -207,7 +207,7 @@ def _bad(b64):
         ("NaN pixels", ":predict", '{"instances": [[[[0, 0, NaN]]]]}', 400, "whole numbers from 0 to 255"),
         ("grey pixels", ":predict", {"instances": [[[1, 2], [3, 4]]]}, 400, "height x width x 3"),
         ("unknown action", ":predict", {"instances": [{"image": image, "action": "explode", "prompts": PROMPTS}]}, 400, "unknown action 'explode'"),
-        ("score_threshold NaN", ":predict", '{"instances": [{"image": {"b64": "%s"}, "score_threshold": NaN, "prompts": ["a"]}]}' % b64, 400, "score_threshold"),
+        ("score_threshold NaN", ":predict", '{"instances": [{"image": {"b64": "' + b64 + '"}, "score_threshold": NaN, "prompts": ["a"]}]}', 400, "score_threshold"),
         ("unknown top-level key", ":predict", {"instance": [image]}, 400, "unknown key 'instance'"),
         ("unknown signature", ":predict", {"signature_name": "tensorflow/serving/regress", "instances": [image]}, 400, "signature_name"),
         ("malformed JSON", ":predict", "{not json", 400, "not valid JSON"),

@@ -211,5 +211,5 @@ def test_answers_must_match_the_prompts_in_order():
                   prompts=("what?", "where?"))
     assert kept == answers
     for prompts in [("where?", "what?"), ("what?",), ("what?", "where?", "why?")]:
-        invalid(lambda: select(TaskType.IMAGE_TEXT_TO_TEXT, answers, action="predict", score_threshold=None,
-                               prompts=prompts), "must answer the prompts", repr(list(prompts)))
+        invalid(lambda prompts=prompts: select(TaskType.IMAGE_TEXT_TO_TEXT, answers, action="predict",
+                                               score_threshold=None, prompts=prompts), "must answer the prompts", repr(list(prompts)))

@@ -8,6 +8,7 @@ import numpy as np
 import requests
 
 from chariot_support.testing import as_image, chariot_request, image_input
+
 from {{ cookiecutter.__package_name }}.model import Model
 
 

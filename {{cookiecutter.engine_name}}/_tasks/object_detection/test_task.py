@@ -5,6 +5,7 @@ import json
 import requests
 
 from chariot_support.testing import as_image, chariot_request, image_input
+
 from {{ cookiecutter.__package_name }}.model import Model
 
 

@@ -7,8 +7,8 @@ green and blue regions, so the engine gives real results right away.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -40,4 +40,4 @@ class Model(ChariotModel):
     ) -> list[dict]:
         # Optional: answers POST /v1/models/<name>:explain with one explanation per image. The demo explains by
         # occlusion, one importance per result in `results` (what the engine answers for that image).
-        return [{"importance_scores": self.finder.occlusion(image.pixels, chosen)} for image, chosen in zip(images, results)]
+        return [{"importance_scores": self.finder.occlusion(image.pixels, chosen)} for image, chosen in zip(images, results, strict=True)]

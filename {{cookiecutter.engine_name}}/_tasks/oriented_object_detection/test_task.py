@@ -7,6 +7,7 @@ import cv2
 import requests
 
 from chariot_support.testing import as_image, chariot_request, image_input, same_corners
+
 from {{ cookiecutter.__package_name }}.model import Model
 
 

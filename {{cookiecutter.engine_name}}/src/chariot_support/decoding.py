@@ -9,8 +9,9 @@ import io
 import json
 import math
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 import cv2
 import numpy as np

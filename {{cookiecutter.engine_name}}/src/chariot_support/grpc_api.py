@@ -6,8 +6,9 @@ from __future__ import annotations
 import functools
 import json
 import logging
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable
+from typing import Any
 
 import grpc
 from grpc import aio

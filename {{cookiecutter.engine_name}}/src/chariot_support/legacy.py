@@ -8,7 +8,8 @@ import binascii
 import json
 import re
 import uuid
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import cv2
 import numpy as np
@@ -19,7 +20,7 @@ from mlserver.parallel.model import ParallelModel
 from mlserver.types import InferenceRequest, Parameters, RequestInput
 
 from .base import has_explain
-from .decoding import Limits, ParsedRequest, parse_request
+from .decoding import DEFAULT_LIMITS, Limits, ParsedRequest, parse_request
 from .errors import BadRequest, ChariotError, NotFound
 from .runtime import engine_limits, import_model_class
 from .tasks import TaskType
@@ -63,7 +64,7 @@ def read_body(raw: bytes) -> dict:
     return body
 
 
-def parse_predict(body: Mapping[str, Any], task: TaskType, limits: Limits = Limits()) -> ParsedRequest:
+def parse_predict(body: Mapping[str, Any], task: TaskType, limits: Limits = DEFAULT_LIMITS) -> ParsedRequest:
     """Read a `:predict` / `:explain` body: `instances` (rows) or `inputs` (rows, or columns by name)."""
     _check_keys(body, TOP_LEVEL["predict"])
     _check_signature(body, (DEFAULT_SIGNATURE,))
@@ -82,7 +83,7 @@ def parse_predict(body: Mapping[str, Any], task: TaskType, limits: Limits = Limi
     return _parsed(rows, shared, task, limits)
 
 
-def parse_classify(body: Mapping[str, Any], task: TaskType, limits: Limits = Limits()) -> ParsedRequest:
+def parse_classify(body: Mapping[str, Any], task: TaskType, limits: Limits = DEFAULT_LIMITS) -> ParsedRequest:
     """Read a `:classify` body: `examples`, one image each, and `context` features shared by all of them."""
     _check_keys(body, TOP_LEVEL["classify"])
     _check_signature(body, (DEFAULT_SIGNATURE, "classify"))

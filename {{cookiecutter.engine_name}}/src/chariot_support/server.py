@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 import re
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Iterator, Optional
+from typing import Any
 
 from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
@@ -125,7 +125,7 @@ class ChariotDataPlane:
         return name
 
     @contextmanager
-    def named(self, name: str, version: Optional[str] = None) -> Iterator[str]:
+    def named(self, name: str, version: str | None = None) -> Iterator[str]:
         """The registry's name for `name`; a model it cannot find becomes a 404 that says what is served."""
         try:
             yield self.resolve(name)
@@ -139,7 +139,7 @@ class ChariotDataPlane:
                 f"model {name!r} is not loaded: load it with POST /v2/repository/models/{name}/load", 404
             ) from None
 
-    async def infer(self, payload: InferenceRequest, name: str, version: Optional[str] = None) -> InferenceResponse:
+    async def infer(self, payload: InferenceRequest, name: str, version: str | None = None) -> InferenceResponse:
         if not payload.id:
             headers = payload.parameters.headers if payload.parameters is not None else None
             payload.id = (headers or {}).get("x-request-id") or None
@@ -160,11 +160,11 @@ class ChariotDataPlane:
         except MLServerError:
             return False
 
-    async def model_ready(self, name: str, version: Optional[str] = None) -> bool:
+    async def model_ready(self, name: str, version: str | None = None) -> bool:
         with self.named(name, version) as resolved:
             return await self._inner.model_ready(resolved, version)
 
-    async def model_metadata(self, name: str, version: Optional[str] = None) -> MetadataModelResponse:
+    async def model_metadata(self, name: str, version: str | None = None) -> MetadataModelResponse:
         with self.named(name, version) as resolved:
             metadata = await self._inner.model_metadata(resolved, version)
         return metadata.model_copy(update={"name": name})

@@ -4,8 +4,9 @@ exactly the dicts the chariot-v2-kserve protocol page shows."""
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from enum import Enum
-from typing import Annotated, Any, Sequence
+from typing import Annotated, Any
 
 import cv2
 import numpy as np

@@ -1,0 +1,131 @@
+"""Baked engines are green on day one: ruff passes, and the CI workflow and pre-commit hooks run the commands the
+README gives, with the versions the engine pins."""
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+import tomllib
+import venv
+from pathlib import Path
+
+import pytest
+import yaml
+from cookiecutter.main import cookiecutter
+
+from template_paths import TEMPLATE_ROOT
+
+TASKS = [
+    "Image Classification",
+    "Object Detection",
+    "Oriented Object Detection",
+    "Image Segmentation",
+    "Image Text to Text",
+]
+# A package name sorting before and one after chariot_support, so import order cannot depend on the name.
+NAMES = {"Image Segmentation": "zebra-crossing", "Image Text to Text": "alpha-vqa"}
+
+
+@pytest.fixture(scope="module")
+def engines(tmp_path_factory) -> dict[str, Path]:
+    baked = {}
+    for task in TASKS:
+        answers = {"task_type": task, **({"engine_name": NAMES[task]} if task in NAMES else {})}
+        out = tmp_path_factory.mktemp("tooling")
+        baked[task] = Path(cookiecutter(str(TEMPLATE_ROOT), no_input=True, extra_context=answers, output_dir=str(out)))
+    return baked
+
+
+def ruff(root: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "ruff", *args], cwd=root, capture_output=True, text=True, timeout=120)
+
+
+def pyproject(root: Path) -> dict:
+    return tomllib.loads((root / "pyproject.toml").read_text())
+
+
+def workflow_steps(root: Path) -> list[dict]:
+    workflow = yaml.safe_load((root / ".github" / "workflows" / "ci.yml").read_text())
+    triggers = workflow.get("on", workflow.get(True))  # YAML 1.1 reads a bare `on` key as true
+    assert {"push", "pull_request"} <= set(triggers), f"CI should run on pushes and pull requests, runs on {triggers}"
+    (job,) = workflow["jobs"].values()
+    return job["steps"]
+
+
+def run_steps(root: Path) -> list[str]:
+    return [step["run"] for step in workflow_steps(root) if "run" in step]
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_ruff_check_passes(engines, task):
+    result = ruff(engines[task], "check", ".")
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_ruff_format_check_passes(engines, task):
+    result = ruff(engines[task], "format", "--check", ".")
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_files_left_out_of_formatting_still_need_it(engines):
+    """The format exclude list may only shrink: a listed file that is already formatted must leave the list."""
+    pending = pyproject(engines[TASKS[0]])["tool"]["ruff"]["format"].get("exclude", [])
+    for path in pending:
+        # A path named on the command line is checked even when excluded (ruff's force-exclude is off).
+        needs = [
+            task
+            for task, root in engines.items()
+            if (root / path).is_file() and ruff(root, "format", "--check", path).returncode
+        ]
+        assert needs, (
+            f"{path} is formatted in every engine: remove it from [tool.ruff.format] exclude in pyproject.toml"
+        )
+
+
+def test_ci_python_is_the_image_python(engines):
+    for root in engines.values():
+        (setup,) = [s for s in workflow_steps(root) if s.get("uses", "").startswith("actions/setup-python@")]
+        image_python = re.search(r"^FROM python:(\d+\.\d+)-", (root / "Dockerfile").read_text(), re.M)[1]
+        assert str(setup["with"]["python-version"]) == image_python
+
+
+def test_ci_runs_the_readme_commands(engines):
+    root = engines["Object Detection"]
+    readme = (root / "README.md").read_text()
+    steps = run_steps(root)
+    kinds = [shlex.split(step)[0] for step in steps]
+    assert kinds == ["pip", "ruff", "ruff", "pytest", "docker"], steps
+    for step in steps[:-1]:
+        assert f"`{step}`" in readme or f"\n{step}\n" in readme, f"CI runs `{step}`, which the README does not give"
+    build = shlex.split(steps[-1])
+    assert build[:3] == ["docker", "build", "-t"] and build[-1] == "."
+    assert build[3].split(":")[0].rsplit("/", 1)[-1] == root.name
+    assert re.search(r"^docker build -t \S+ \.$", readme, re.M), "the README does not say how to build the image"
+
+
+def test_pre_commit_runs_the_pinned_ruff(engines):
+    root = engines["Object Detection"]
+    config = yaml.safe_load((root / ".pre-commit-config.yaml").read_text())
+    (repo,) = config["repos"]
+    assert repo["repo"] == "https://github.com/astral-sh/ruff-pre-commit"
+    pinned = [r for r in pyproject(root)["project"]["optional-dependencies"]["test"] if r.startswith("ruff==")]
+    assert pinned == [f"ruff=={repo['rev'].removeprefix('v')}"], "pre-commit and pyproject.toml pin different ruffs"
+    assert [hook["id"] for hook in repo["hooks"]] == ["ruff-check", "ruff-format"]
+
+
+def test_ci_steps_pass_on_a_fresh_bake(engines, tmp_path):
+    """Every step of the CI workflow but the image build (no Docker engine here), run as CI runs them."""
+    root = engines["Object Detection"]
+    environment = tmp_path / "venv"
+    venv.EnvBuilder(with_pip=True).create(environment)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    env.update(PATH=f"{environment / 'bin'}{os.pathsep}{env['PATH']}", VIRTUAL_ENV=str(environment))
+    env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
+    steps = run_steps(root)
+    assert steps[-1].startswith("docker build")
+    for step in steps[:-1]:
+        result = subprocess.run(step, shell=True, cwd=root, env=env, capture_output=True, text=True, timeout=900)
+        assert result.returncode == 0, f"`{step}` failed:\n{result.stdout[-4000:]}{result.stderr[-3000:]}"
+    assert re.search(r"\d+ passed", result.stdout) and "skipped" not in result.stdout.splitlines()[-1]

@@ -1,0 +1,166 @@
+"""The template's command-line paths, run as a user runs them: cookiecutter with answers on the command line and
+again from its replay file, and cruft creating an engine and later updating it to a newer template."""
+
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from template_paths import ENGINE_TEMPLATE, TEMPLATE_ROOT
+
+GIT_IDENTITY = {
+    "GIT_AUTHOR_NAME": "Engine Author",
+    "GIT_AUTHOR_EMAIL": "author@example.com",
+    "GIT_COMMITTER_NAME": "Engine Author",
+    "GIT_COMMITTER_EMAIL": "author@example.com",
+}
+LEFT_BEHIND = shutil.ignore_patterns("__pycache__", ".pytest_cache", ".ruff_cache")
+
+
+@pytest.fixture
+def isolated(tmp_path) -> dict[str, str]:
+    """An environment whose home and cookiecutter config are temporary, so the user's own are never touched."""
+    home = tmp_path / "home"
+    home.mkdir()
+    config = tmp_path / "cookiecutter-config.yaml"
+    config.write_text(
+        f"cookiecutters_dir: {json.dumps(str(tmp_path / 'cookiecutters'))}\n"
+        f"replay_dir: {json.dumps(str(tmp_path / 'replay'))}\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "COOKIECUTTER_CONFIG")}
+    env.update(GIT_IDENTITY, HOME=str(home), COOKIECUTTER_CONFIG=str(config), GIT_CONFIG_NOSYSTEM="1")
+    return env
+
+
+def run(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
+    result = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, f"{args} failed:\n{result.stdout[-3000:]}{result.stderr[-3000:]}"
+    return result
+
+
+def tree(root: Path) -> dict[str, bytes]:
+    return {
+        str(p.relative_to(root)): p.read_bytes()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and ".git" not in p.relative_to(root).parts and "__pycache__" not in p.parts
+    }
+
+
+def test_answers_on_the_command_line_then_the_replay_bake_the_same_engine(tmp_path, isolated):
+    cli = [sys.executable, "-m", "cookiecutter"]
+    first, second = tmp_path / "first", tmp_path / "second"
+    run(
+        [
+            *cli,
+            "--no-input",
+            str(TEMPLATE_ROOT),
+            "engine_name=road-damage",
+            "task_type=Image Segmentation",
+            "-o",
+            str(first),
+        ],
+        tmp_path,
+        isolated,
+    )
+    engine = first / "road-damage"
+    model = (engine / "src" / "road_damage" / "model.py").read_text()
+    assert "TaskType.IMAGE_SEGMENTATION" in model
+    assert "road-damage" in (engine / "deploy" / "kserve" / "servingruntime.yaml").read_text()
+
+    replays = list((tmp_path / "replay").glob("*.json"))
+    assert len(replays) == 1, "the replay went somewhere other than the configured replay_dir"
+    assert json.loads(replays[0].read_text())["cookiecutter"]["task_type"] == "Image Segmentation"
+    assert not any(Path(isolated["HOME"]).iterdir()), "cookiecutter wrote into the home directory"
+
+    run([*cli, "--replay", str(TEMPLATE_ROOT), "-o", str(second)], tmp_path, isolated)
+    assert tree(second / "road-damage") == tree(engine)
+
+
+def copy_template(destination: Path) -> None:
+    destination.mkdir()
+    shutil.copy(TEMPLATE_ROOT / "cookiecutter.json", destination)
+    shutil.copytree(TEMPLATE_ROOT / "hooks", destination / "hooks", ignore=LEFT_BEHIND)
+    shutil.copytree(ENGINE_TEMPLATE, destination / ENGINE_TEMPLATE.name, ignore=LEFT_BEHIND)
+
+
+def commit(repo: Path, message: str, env: dict[str, str]) -> str:
+    run(["git", "add", "-A"], repo, env)
+    run(["git", "commit", "-q", "-m", message], repo, env)
+    return run(["git", "rev-parse", "HEAD"], repo, env).stdout.strip()
+
+
+def test_cruft_update_brings_template_changes_and_keeps_the_users_model(tmp_path, isolated):
+    assert importlib.util.find_spec("cruft"), "cruft is not installed here: pip install -r requirements-dev.txt"
+    cruft = [sys.executable, "-m", "cruft"]
+    template = tmp_path / "template"
+    copy_template(template)
+    run(["git", "init", "-q"], template, isolated)
+    commit(template, "older template", isolated)
+
+    projects = tmp_path / "projects"
+    answers = json.dumps({"engine_name": "road-sign", "task_type": "Object Detection"})
+    run(
+        [*cruft, "create", str(template), "--no-input", "--output-dir", str(projects), "--extra-context", answers],
+        tmp_path,
+        isolated,
+    )
+    engine = projects / "road-sign"
+    model_path = engine / "src" / "road_sign" / "model.py"
+    assert "TaskType.OBJECT_DETECTION" in model_path.read_text()
+    run(["git", "init", "-q"], engine, isolated)
+    commit(engine, "engine as baked", isolated)
+
+    # The user puts their model in, as the README tells them to.
+    users_model = model_path.read_text().replace('"""', '"""Road signs, found by our own network.\n\n', 1)
+    model_path.write_text(users_model)
+    commit(engine, "our model", isolated)
+
+    # The template moves on: the support package, the README and the demo model all change.
+    support = template / ENGINE_TEMPLATE.name / "src" / "chariot_support" / "__init__.py"
+    support.write_text(support.read_text() + '\nTEMPLATE_REVISION = "newer"\n')
+    readme = template / ENGINE_TEMPLATE.name / "README.md"
+    readme.write_text(readme.read_text() + "\nA paragraph the newer template adds.\n")
+    demo = template / ENGINE_TEMPLATE.name / "_tasks" / "object_detection" / "model.py"
+    demo.write_text(demo.read_text() + "\n# The newer demo model.\n")
+    newer = commit(template, "newer template", isolated)
+
+    checked = subprocess.run([*cruft, "check"], cwd=engine, env=isolated, capture_output=True, text=True, timeout=300)
+    assert checked.returncode != 0, "cruft check should report the engine out of date before the update"
+
+    run([*cruft, "update", "--skip-apply-ask"], engine, isolated)
+    assert 'TEMPLATE_REVISION = "newer"' in (engine / "src" / "chariot_support" / "__init__.py").read_text()
+    assert (engine / "README.md").read_text().endswith("A paragraph the newer template adds.\n")
+    assert model_path.read_text() == users_model, "the update touched the user's model.py"
+    assert not list(engine.rglob("*.rej")), "the update left conflicts"
+    assert not (engine / "_tasks").exists()
+    assert json.loads((engine / ".cruft.json").read_text())["commit"] == newer
+    changed = run(["git", "status", "--porcelain"], engine, isolated).stdout.split("\n")
+    assert sorted(line[3:] for line in changed if line) == [
+        ".cruft.json",
+        "README.md",
+        "src/chariot_support/__init__.py",
+    ]
+    run([*cruft, "check"], engine, isolated)
+
+
+def test_baking_again_over_an_engine_keeps_the_users_model(tmp_path, isolated):
+    """`cookiecutter -f -s` fills in files an engine lacks; the hook must not put the demo over the user's model."""
+    cli = [sys.executable, "-m", "cookiecutter", "--no-input", str(TEMPLATE_ROOT), "engine_name=road-sign"]
+    run([*cli, "-o", str(tmp_path)], tmp_path, isolated)
+    engine = tmp_path / "road-sign"
+    model_path, test_path = engine / "src" / "road_sign" / "model.py", engine / "tests" / "test_task.py"
+    model_path.write_text(model_path.read_text() + "\n# our model\n")
+    test_path.write_text(test_path.read_text() + "\n# our tests\n")
+    (engine / "README.md").unlink()
+    ours = tree(engine)
+
+    run([*cli, "-o", str(tmp_path), "--overwrite-if-exists", "--skip-if-file-exists"], tmp_path, isolated)
+    again = tree(engine)
+    assert again.pop("README.md"), "the missing README was not baked again"
+    assert again == ours
+    assert not (engine / "_tasks").exists()

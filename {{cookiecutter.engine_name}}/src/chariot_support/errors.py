@@ -26,3 +26,15 @@ class InvalidResult(ChariotError):
     """The engine author's predict returned something that is not a valid Chariot result (500)."""
 
     status_code_default = 500
+
+
+class PredictTimeout(ChariotError):
+    """Predict did not return within CHARIOT_PREDICT_TIMEOUT (504)."""
+
+    status_code_default = 504
+
+
+class ModelBusy(ChariotError):
+    """A model that is not thread-safe is still inside a predict that overran its timeout (503)."""
+
+    status_code_default = 503

@@ -6,9 +6,11 @@ import asyncio
 import importlib
 import logging
 import os
+import queue
 import threading
-from concurrent.futures import ThreadPoolExecutor
-from contextlib import nullcontext
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass
 from pathlib import Path
 
 from mlserver import MLModel
@@ -16,7 +18,7 @@ from mlserver.types import InferenceRequest, InferenceResponse, Parameters, Resp
 
 from .base import ChariotModel
 from .decoding import Image, Limits, decode_image, parse_request
-from .errors import ChariotError, PredictFailed
+from .errors import ChariotError, InvalidResult, ModelBusy, PredictFailed, PredictTimeout
 from .tasks import TaskType, select, to_dicts, validate_results
 
 logger = logging.getLogger("chariot_support")
@@ -43,6 +45,73 @@ def env_int(name: str, default: int) -> int:
     return number
 
 
+def env_seconds(name: str, default: float) -> float:
+    value = os.environ.get(name, "")
+    if not value:
+        return default
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise ValueError(f"environment variable {name} must be a positive number of seconds, got {value!r}") from None
+    if not 0 < seconds < float("inf"):
+        raise ValueError(f"environment variable {name} must be a positive number of seconds, got {value!r}")
+    return seconds
+
+
+@dataclass
+class _Call:
+    """One request on its way through a worker thread, as the timeout sees it."""
+
+    request_id: str | None
+    deadline: float
+    in_predict: bool = False
+    overran: bool = False
+
+
+class _Workers:
+    """The daemon threads that decode images and run predict.
+
+    Python cannot stop a thread from outside, so a predict that overruns CHARIOT_PREDICT_TIMEOUT keeps its thread
+    until it returns by itself. That thread is written off: a new one takes its place, so the others keep being
+    served, and the old one leaves when its predict returns. Daemon threads, so that a predict that never returns
+    does not keep the process alive after SIGTERM.
+    """
+
+    def __init__(self, size: int):
+        self._size = size
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        for _ in range(size):
+            self._start()
+
+    def _start(self) -> None:
+        threading.Thread(target=self._work, name="chariot", daemon=True).start()
+
+    def submit(self, fn, *args) -> Future:
+        future: Future = Future()
+        self._jobs.put((future, fn, args))
+        return future
+
+    def write_off(self, future: Future) -> None:
+        future.written_off = True
+        self._start()
+
+    def _work(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            future, fn, args = job
+            if not future.set_running_or_notify_cancel():
+                continue  # its request timed out while it waited in the queue
+            try:
+                future.set_result(fn(*args))
+            except BaseException as exc:
+                future.set_exception(exc)
+            if getattr(future, "written_off", False):
+                return
+
+    def shutdown(self) -> None:
+        for _ in range(self._size):
+            self._jobs.put(None)
+
+
 class ChariotRuntime(MLModel):
     """Loads the author's ChariotModel and answers inference requests with it."""
 
@@ -58,20 +127,74 @@ class ChariotRuntime(MLModel):
         model_dir = Path(os.environ.get("MODEL_DIR", "/mnt/models"))
         await asyncio.to_thread(self._model.load, model_dir)
         # Decoding and most predict work release the GIL, so threads keep both cores busy.
-        threads = env_int("CHARIOT_THREADS", os.cpu_count() or 1)
-        self._executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="chariot")
-        self._predict_guard = nullcontext() if model_class.thread_safe else threading.Lock()
+        self._workers = _Workers(env_int("CHARIOT_THREADS", os.cpu_count() or 1))
+        self._timeout = env_seconds("CHARIOT_PREDICT_TIMEOUT", 60.0)
+        # None when predict may run for several requests at once; else the lock that runs it one at a time.
+        self._model_lock = None if model_class.thread_safe else threading.Lock()
+        self._state_lock = threading.Lock()  # orders the timeout's view of a call against the call finishing
+        self._stuck = False  # a predict that overran its timeout still holds _model_lock
         logger.info("loaded %s (%s) from %s", model_class.__name__, self._task.value, model_dir)
         return True
 
+    @property
+    def stuck(self) -> bool:
+        """Whether a predict that overran its timeout still holds a model that runs one predict at a time."""
+        return self._stuck
+
     async def unload(self) -> bool:
-        self._executor.shutdown(wait=True)
+        self._workers.shutdown()
         return True
 
     async def predict(self, payload: InferenceRequest) -> InferenceResponse:
-        return await asyncio.get_running_loop().run_in_executor(self._executor, self._infer, payload)
+        call = _Call(payload.id, time.monotonic() + self._timeout)
+        job = self._workers.submit(self._infer, payload, call)
+        try:
+            return await asyncio.wait_for(asyncio.wrap_future(job), self._timeout)
+        except TimeoutError:
+            self._overran(job, call)
+            raise PredictTimeout(
+                f"predict did not return within {self._timeout:g} s (CHARIOT_PREDICT_TIMEOUT); if the model needs "
+                "longer, raise CHARIOT_PREDICT_TIMEOUT, or send fewer or smaller images per request"
+            ) from None
 
-    def _infer(self, payload: InferenceRequest) -> InferenceResponse:
+    def _overran(self, job: Future, call: _Call) -> None:
+        logger.error("request %s: no answer within CHARIOT_PREDICT_TIMEOUT (%g s)", call.request_id, self._timeout)
+        if job.running():
+            self._workers.write_off(job)
+        with self._state_lock:
+            if call.in_predict and self._model_lock is not None:
+                # The model runs one predict at a time and this one holds it: say so, rather than queue requests
+                # behind a call that may never return. Readiness comes back when it does.
+                call.overran = True
+                self._stuck = True
+                logger.error("request %s: predict is still running; the engine reports not ready until it returns",
+                             call.request_id)
+
+    def _predict(self, images: list[Image], tensors, call: _Call) -> list:
+        lock = self._model_lock
+        if lock is not None:
+            if self._stuck:
+                raise ModelBusy(
+                    f"the model is still inside a predict that overran CHARIOT_PREDICT_TIMEOUT ({self._timeout:g} s) "
+                    "and runs one predict at a time; retry later"
+                )
+            if not lock.acquire(timeout=max(0.0, call.deadline - time.monotonic())):
+                raise PredictTimeout(f"the model was busy for all of CHARIOT_PREDICT_TIMEOUT ({self._timeout:g} s)")
+        with self._state_lock:
+            call.in_predict = True
+        try:
+            return self._model.predict(images, tensors)
+        finally:
+            with self._state_lock:
+                call.in_predict = False
+                if lock is not None:
+                    lock.release()
+                if call.overran:
+                    self._stuck = False
+                    logger.warning("request %s: the overrunning predict returned; the engine is ready again",
+                                   call.request_id)
+
+    def _infer(self, payload: InferenceRequest, call: _Call) -> InferenceResponse:
         request = parse_request(payload, self._task, self._limits)
         images = [
             Image(
@@ -85,14 +208,17 @@ class ChariotRuntime(MLModel):
             for i in request.images
         ]
         try:
-            with self._predict_guard:
-                results = self._model.predict(images, request.tensors)
+            results = self._predict(images, request.tensors, call)
         except ChariotError:
             raise
         except Exception as exc:
             logger.exception("predict failed for request %s", payload.id)
             raise PredictFailed(f"predict failed: {type(exc).__name__}: {exc}") from None
-        checked = validate_results(self._task, results, [i.name for i in images])
+        try:
+            checked = validate_results(self._task, results, [i.name for i in images])
+        except InvalidResult as error:
+            logger.error("predict returned an invalid result for request %s: %s", payload.id, error)
+            raise
         outputs = []
         for image, per_image in zip(request.images, checked, strict=True):
             chosen = select(

@@ -120,12 +120,18 @@ class ChariotDataPlane:
     async def ready(self) -> bool:
         # MLServer calls a server with no models ready; an engine is ready only once its model is loaded.
         try:
-            return await self._inner.model_ready(self.model_name)
+            return await self.model_ready(self.model_name)
         except MLServerError:
             return False
 
     async def model_ready(self, name: str, version: Optional[str] = None) -> bool:
-        return await self._inner.model_ready(self.resolve(name), version)
+        name = self.resolve(name)
+        if not await self._inner.model_ready(name, version):
+            return False
+        # A model stuck in a predict past CHARIOT_PREDICT_TIMEOUT cannot serve (see ChariotRuntime.stuck). With
+        # parallel workers the runtime lives in another process and only its 503 answers say so.
+        model = await self._inner._model_registry.get_model(name, version)
+        return not getattr(model, "stuck", False)
 
     async def model_metadata(self, name: str, version: Optional[str] = None) -> MetadataModelResponse:
         metadata = await self._inner.model_metadata(self.resolve(name), version)
@@ -195,7 +201,7 @@ def install_chariot_routes(app: FastAPI, data_plane: ChariotDataPlane) -> None:
     async def ready() -> JSONResponse:
         if await data_plane.ready():
             return JSONResponse({"status": "ready"})
-        return _error(503, "the model is still loading")
+        return _error(503, "the model is still loading, or stuck in a predict that overran CHARIOT_PREDICT_TIMEOUT")
 
     app.add_api_route("/infer", infer, methods=["POST"], **lean)
     app.add_api_route("/ready", ready, methods=["GET"])

@@ -1,7 +1,11 @@
-"""The engine answers its author's mistakes with a 500 {"error"} that names the fault, and keeps serving,
-with and without MLServer's parallel workers."""
+"""The engine answers its author's mistakes with a 5xx {"error"} that names the fault, and keeps serving,
+with and without MLServer's parallel workers; a predict that hangs is cut off by CHARIOT_PREDICT_TIMEOUT; SIGTERM
+lets in-flight requests finish."""
 
 import json
+import signal
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import grpc
@@ -10,7 +14,7 @@ import pytest
 import requests
 from mlserver.grpc.dataplane_pb2_grpc import GRPCInferenceServiceStub
 
-from chariot_support.testing import chariot_request, grpc_request, grpc_results, image_input, run_engine
+from chariot_support.testing import chariot_request, grpc_request, grpc_results, image_input, run_engine, stop
 
 HERE = Path(__file__).parent
 PIXELS = np.zeros((32, 48, 3), np.uint8)
@@ -27,8 +31,12 @@ def infer(engine, body):
     return requests.post(f"{engine.url}/v2/models/m-faulty/infer", data=json.dumps(body), timeout=30)
 
 
-def faulty(fault, images=1):
-    return chariot_request(*(image_input(f"image-{i}", PIXELS, fault=fault) for i in range(images)))
+def faulty(fault, images=1, **parameters):
+    return chariot_request(*(image_input(f"image-{i}", PIXELS, fault=fault, **parameters) for i in range(images)))
+
+
+def ready(engine):
+    return requests.get(f"{engine.url}/v2/health/ready", timeout=5).status_code == 200
 
 
 @pytest.mark.parametrize(
@@ -96,3 +104,65 @@ def test_explain_without_a_model_explain_is_501(engine):
     assert response.status_code == 501
     assert "FaultyModel" in response.json()["error"] and "has no explain" in response.json()["error"]
     assert v1(engine, "predict", {"instances": [image_input("x", PIXELS)["data"][0]]}).status_code == 200
+
+
+def test_the_request_id_reaches_the_log_of_an_invalid_result(engine):
+    response = infer(engine, {**faulty("missing-field"), "id": "trace-me-456"})
+    assert response.status_code == 500
+    assert "trace-me-456" in engine.log()
+
+
+TIMEOUT = 1.0
+
+
+@pytest.mark.parametrize("thread_safe", [True, False], ids=["thread-safe", "one-at-a-time"])
+def test_a_hung_predict_is_cut_off_and_the_engine_serves_on(thread_safe):
+    env = {"CHARIOT_PREDICT_TIMEOUT": str(TIMEOUT), "CHARIOT_THREADS": "2", "FAULTY_THREAD_SAFE": str(int(thread_safe))}
+    with run_engine("faulty_engine", src=HERE, env=env) as engine:
+        started = time.monotonic()
+        hung = infer(engine, {**faulty("hang", seconds=4), "id": "stuck-request"})
+        assert hung.status_code == 504
+        assert "did not return within 1 s" in hung.json()["error"] and "CHARIOT_PREDICT_TIMEOUT" in hung.json()["error"]
+        assert time.monotonic() - started < 3.5, "the client waited for the hung predict instead of the timeout"
+        assert "stuck-request" in engine.log()
+        if thread_safe:
+            # More hung calls than the engine has threads: each is written off and replaced.
+            assert [infer(engine, faulty("hang", seconds=4)).status_code for _ in range(3)] == [504] * 3
+            good = infer(engine, faulty(None))
+            assert good.status_code == 200, good.text
+            assert ready(engine)
+        else:
+            # The hung call still holds a model that runs one predict at a time: others are told so at once, and
+            # readiness says so, until it returns.
+            busy = infer(engine, faulty(None))
+            assert busy.status_code == 503 and "overran CHARIOT_PREDICT_TIMEOUT" in busy.json()["error"]
+            assert not ready(engine)
+            deadline = time.monotonic() + 10
+            while not ready(engine) and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert ready(engine), "readiness never came back after the hung predict returned"
+            good = infer(engine, faulty(None))
+            assert good.status_code == 200, good.text
+        # A predict that is still running does not hold up the engine's exit.
+        infer(engine, faulty("hang"))
+        started = time.monotonic()
+        assert stop(engine) == 0
+        assert time.monotonic() - started < 10
+
+
+def test_an_invalid_timeout_stops_the_engine_with_a_clear_message():
+    with pytest.raises(RuntimeError, match="CHARIOT_PREDICT_TIMEOUT must be a positive number of seconds"):
+        with run_engine("faulty_engine", src=HERE, env={"CHARIOT_PREDICT_TIMEOUT": "soon"}, timeout=30):
+            pass
+
+
+def test_sigterm_lets_an_in_flight_request_finish_then_exits_0():
+    with run_engine("faulty_engine", src=HERE) as engine:
+        with ThreadPoolExecutor(1) as pool:
+            slow = pool.submit(infer, engine, faulty("sleep", seconds=2))
+            time.sleep(0.7)  # the request is inside predict
+            engine.process.send_signal(signal.SIGTERM)
+            response = slow.result(timeout=30)
+            assert response.status_code == 200, response.text
+            assert response.json()["outputs"][0]["data"][0][0]["label"] == "cat"
+        assert engine.process.wait(30) == 0

@@ -8,12 +8,17 @@ import json
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
+import sysconfig
+import tempfile
 import tomllib
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 try:
@@ -28,7 +33,7 @@ except ImportError:  # packaging is pinned in constraints.txt, but pip always ca
     from pip._vendor.packaging.version import Version
 
 from chariot_support.server import ENGINE_DEFAULTS
-from chariot_support.testing import engine_package, free_port
+from chariot_support.testing import chariot_request, engine_package, free_port, image_input, run_engine
 
 ROOT = Path(__file__).resolve().parents[1]
 HEALTH_PATHS = {"/v2/health/ready", "/v2/health/live", "/ready"}  # the health routes the engine serves
@@ -249,3 +254,96 @@ def test_dockerignore_keeps_tests_and_git_out():
         assert needed in excluded, f".dockerignore does not exclude {needed}"
         again = [p for p in reincluded if p == needed or p.startswith(f"{needed}/")]
         assert not again, f".dockerignore re-includes {again}"
+
+
+SECRET_NAME = re.compile(r"KEY|TOKEN|PASSWORD|PASSWD|SECRET|CREDENTIAL", re.I)
+
+
+def env_of(stage: list[Instruction]) -> dict[str, str]:
+    """The ENV values a stage sets (the `ENV k=v ...` form)."""
+    values: dict[str, str] = {}
+    for instruction in stage:
+        if instruction.keyword == "ENV":
+            for pair in shlex.split(instruction.args):
+                key, _, value = pair.partition("=")
+                values[key] = value
+    return values
+
+
+def test_no_secrets_are_baked_in(stages):
+    for stage in stages:
+        for instruction in stage:
+            if instruction.keyword in {"ENV", "ARG"}:
+                names = [p.partition("=")[0] for p in shlex.split(instruction.args)]
+                assert not [n for n in names if SECRET_NAME.search(n)], (
+                    f"line {instruction.line}: {instruction.keyword} {instruction.args} would keep a secret in the "
+                    "image; pass secrets at run time"
+                )
+
+
+def test_dockerignore_keeps_local_secrets_out():
+    patterns = {line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines()}
+    assert {".env", "*.pem", "*.key", ".netrc", ".pypirc"} <= patterns
+    assert not [p for p in patterns if p.startswith("!")], ".dockerignore re-includes something"
+
+
+OTHER_UID = 12345
+
+
+def python_for_another_uid() -> tuple[str, list[str]]:
+    """An interpreter the other UID may run, and the folders it must import from. The test's own interpreter can sit
+    in root's private home (pyenv); the system's interpreter of the same version then runs this one's packages."""
+    as_other = {"user": OTHER_UID, "group": 0, "extra_groups": []}
+    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    for python, paths in ((sys.executable, []), (f"/usr/bin/{version}", sysconfig.get_path("purelib").split())):
+        try:
+            env = {"PYTHONPATH": os.pathsep.join(paths)}
+            if subprocess.run([python, "-c", "import mlserver"], env=env, capture_output=True, timeout=60,
+                              **as_other).returncode == 0:
+                return python, paths
+        except OSError:
+            continue
+    raise AssertionError(f"no interpreter with mlserver that UID {OTHER_UID} may run")
+
+
+@pytest.mark.parametrize("workers", ["0", "2"])
+def test_serves_as_a_random_uid_writing_only_under_the_temp_dir(final, tmp_path_factory, workers):
+    """As on a cluster with a random UID and a read-only root filesystem: only the temp dir is writable, and the
+    image's own environment must keep everything the engine writes inside it."""
+    env = env_of(final)
+    assert all(env[k].startswith("/tmp/") for k in env if k.endswith("_DIR") and k.startswith("MLSERVER_")), env
+    base = Path(tempfile.mkdtemp(prefix="engine-"))  # outside pytest's private tmp folder, which other UIDs cannot read
+    try:
+        shutil.copytree(ROOT / "src", base / "src", ignore=shutil.ignore_patterns("__pycache__"))
+        readonly = base / "home"  # HOME and the working directory, as the read-only image has them
+        readonly.mkdir()
+        temp = base / "tmp"
+        temp.mkdir()
+        for path in (base, *base.rglob("*")):
+            path.chmod(0o1777 if path == temp else (0o555 if path.is_dir() else 0o444))
+        env = {k: v.replace("/tmp/", f"{temp}/", 1) for k, v in env.items() if k not in {"PATH", "MODEL_DIR"}}
+        env.update(HOME=str(readonly), TMPDIR=str(temp), MLSERVER_PARALLEL_WORKERS=workers)
+        python, paths = sys.executable, []
+        as_other = {}
+        if os.geteuid() == 0:  # else the tests already run as a non-root UID
+            as_other = {"user": OTHER_UID, "group": 0, "extra_groups": []}
+            python, paths = python_for_another_uid()
+        env["PYTHONPATH"] = os.pathsep.join([str(base / "src"), *paths])
+        package = engine_package(ROOT / "src")
+        with run_engine(package, env=env, python=python, cwd=readonly, **as_other) as engine:
+            status = Path(f"/proc/{engine.process.pid}/status").read_text()
+            uid = re.search(r"^Uid:\s+(\d+)", status, re.M)[1]
+            assert int(uid) != 0 and (not as_other or uid == str(OTHER_UID)), status
+            body = json.dumps(chariot_request(image_input("image-0", np.zeros((32, 32, 3), np.uint8),
+                                                          prompts=["what?"]))).encode()
+            request = urllib.request.Request(f"{engine.url}/infer", data=body, method="POST")
+            with urllib.request.urlopen(request, timeout=60) as response:
+                assert response.status == 200
+            assert "Permission denied" not in engine.log() and "Read-only" not in engine.log(), engine.log()[-3000:]
+        assert list(readonly.iterdir()) == []
+        if workers != "0":
+            assert (temp / "mlserver" / "metrics").is_dir(), "MLServer's metrics folder did not land in the temp dir"
+    finally:
+        for path in (base, *base.rglob("*")):
+            path.chmod(0o700)
+        shutil.rmtree(base)

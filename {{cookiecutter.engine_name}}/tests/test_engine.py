@@ -110,46 +110,6 @@ def _image_body(scene, **overrides):
     return chariot_request(tensor)
 
 
-BAD_REQUESTS = [
-    ("malformed JSON", lambda s: "{not json", 400, "not valid JSON"),
-    ("body not an object", lambda s: [1, 2], 400, "JSON object"),
-    ("no inputs", lambda s: {"inputs": []}, 400, "no inputs"),
-    ("missing data", lambda s: {"inputs": [{"name": "x", "shape": [1], "datatype": "BYTES"}]}, 400, "inputs[0].data"),
-    ("missing shape", lambda s: {"inputs": [{"name": "x", "datatype": "BYTES", "data": ["x"]}]}, 400, "inputs[0].shape"),
-    ("unknown datatype", lambda s: _image_body(s, datatype="FP8"), 400, "inputs[0].datatype"),
-    ("shape disagrees with data", lambda s: _image_body(s, shape=[3]), 400, "shape [3]"),
-    ("zero dimension", lambda s: _image_body(s, shape=[0]), 400, "invalid dimension"),
-    ("invalid base64", lambda s: _image_body(s, data=["@@not base64@@"]), 400, "not valid base64"),
-    ("bytes that are no image", lambda s: _image_body(s, data=["aGVsbG8gd29ybGQ="]), 400, "not an image"),
-    ("unknown action", lambda s: _image_body(s, parameters={"action": "explode", "prompts": PROMPTS}), 400, "allowed:"),
-    ("score_threshold not a number", lambda s: _image_body(s, parameters={"score_threshold": "high", "prompts": PROMPTS}), 400, "score_threshold"),
-    ("prompts not strings", lambda s: _image_body(s, parameters={"prompts": [1, 2]}), 400, "prompts"),
-    ("metadata not JSON", lambda s: {**_image_body(s), "parameters": {"metadata": "{oops"}}, 400, "metadata is not valid JSON"),
-    ("metadata not a string", lambda s: {**_image_body(s), "parameters": {"metadata": {"a": 1}}}, 400, "JSON-encoded string"),
-    ("values disagree with datatype", lambda s: chariot_request(image_input("image-0", s.pixels, prompts=PROMPTS), {"name": "t", "shape": [2], "datatype": "INT32", "data": [1, "two"]}), 400, "input 't'"),
-]
-
-
-@pytest.mark.parametrize("case, body, status, message", BAD_REQUESTS, ids=[c[0] for c in BAD_REQUESTS])
-def test_bad_requests_get_a_clear_error_and_the_engine_keeps_serving(engine, model_name, scene, case, body, status, message):
-    payload = body(scene)
-    raw = payload if isinstance(payload, str) else json.dumps(payload)
-    response = requests.post(f"{engine.url}/v2/models/{model_name}/infer", data=raw, timeout=30)
-    assert response.status_code == status, response.text
-    assert message in response.json()["error"]
-    good = infer(engine, model_name, _image_body(scene))
-    assert good.status_code == 200 and engine.alive()
-
-
-def test_unknown_model_path_and_method(engine, scene):
-    body = _image_body(scene)
-    assert requests.post(f"{engine.url}/v2/models/not-chariot/infer", json=body, timeout=5).status_code == 404
-    missing = requests.get(engine.url + "/no/such/path", timeout=5)
-    assert missing.status_code == 404 and "no route" in missing.json()["error"]
-    wrong = requests.get(engine.url + "/infer", timeout=5)
-    assert wrong.status_code == 405 and "GET" in wrong.json()["error"]
-
-
 def test_an_image_sent_as_jpeg_is_read_too(engine, model_name, scene):
     tensor = {"name": "photo", "shape": [1], "datatype": "BYTES", "data": [encode_image(scene.pixels, ".jpg")],
               "parameters": {"prompts": PROMPTS}}

@@ -1,13 +1,19 @@
 """A model whose predict goes wrong in the way the `fault` request parameter asks."""
 
+import os
+import time
+
 from chariot_support import ChariotModel, Detection, TaskType
 
 
 class FaultyModel(ChariotModel):
     task_type = TaskType.OBJECT_DETECTION
+    # Both locking regimes must survive a hung predict; the tests start one engine of each.
+    thread_safe = os.environ.get("FAULTY_THREAD_SAFE") == "1"
 
     def predict(self, images, tensors):
-        fault = images[0].parameters.get("fault")
+        parameters = images[0].parameters
+        fault = parameters.get("fault")
         if fault == "raise":
             raise RuntimeError("the GPU caught fire")
         if fault == "missing-field":
@@ -16,4 +22,8 @@ class FaultyModel(ChariotModel):
             return []
         if fault == "score-out-of-range":
             return [[Detection(label="cat", score=0.5, xmin=0, xmax=1, ymin=0, ymax=1)], [{"label": "cat", "score": 7, "xmin": 0, "xmax": 1, "ymin": 0, "ymax": 1}]]
+        if fault == "sleep":  # slow but well-behaved: answers after `seconds`
+            time.sleep(float(parameters.get("seconds", 2)))
+        if fault == "hang":  # a predict that, as far as any request can wait, never returns
+            time.sleep(float(parameters.get("seconds", 3600)))
         return [[Detection(label="cat", score=0.9, xmin=1, xmax=5, ymin=2, ymax=6)] for _ in images]

@@ -242,6 +242,7 @@ def decode_image(encoded: bytes, where: str, limits: Limits = DEFAULT_LIMITS) ->
             warnings.simplefilter("ignore", PIL.Image.DecompressionBombWarning)
             with PIL.Image.open(io.BytesIO(encoded)) as header:
                 width, height = header.size  # read from the header alone: no pixels decoded yet
+                kind = header.format
     except PIL.Image.DecompressionBombError:  # Pillow's own cap, reached before the size is returned
         cap = 2 * PIL.Image.MAX_IMAGE_PIXELS
         raise BadRequest(
@@ -256,10 +257,42 @@ def decode_image(encoded: bytes, where: str, limits: Limits = DEFAULT_LIMITS) ->
         )
     if width == 0 or height == 0:
         raise BadRequest(f"{where}: the image has no pixels ({width}x{height})")
+    if not _complete(encoded, kind):
+        raise BadRequest(f"{where}: the {kind} file is cut short (it has no end marker); send the whole file")
     pixels = cv2.imdecode(np.frombuffer(encoded, np.uint8), cv2.IMREAD_COLOR_RGB)
     if pixels is None:
         raise BadRequest(f"{where}: data[0] could not be decoded as an image; is the file complete?")
     return pixels
+
+
+def _complete(encoded: bytes, kind: str | None) -> bool:
+    """Whether a JPEG, PNG or WebP file reaches its end. OpenCV decodes a cut-off file without complaint, filling
+    the missing rows with grey; this looks only at markers and lengths, never at pixels, so it costs microseconds."""
+    if kind == "JPEG":
+        # Walk the segments to the first start-of-scan; the end-of-image marker must follow it. Scan data cannot
+        # hold FF D9, an EXIF thumbnail's markers lie inside a segment before it, and data appended after the
+        # image (motion photos) does not hide a missing end.
+        position, size = 2, len(encoded)
+        while position + 4 <= size:
+            if encoded[position] != 0xFF:
+                return True  # not a layout this check knows; the decoder has the last word
+            marker = encoded[position + 1]
+            if marker == 0xDA:
+                # Most files end with the marker: look at the tail before scanning all of the scan data for it.
+                tail = max(position, size - 64)
+                return encoded.find(b"\xff\xd9", tail) != -1 or encoded.find(b"\xff\xd9", position) != -1
+            if marker == 0xFF:
+                position += 1
+            elif marker == 0x01 or 0xD0 <= marker <= 0xD8:
+                position += 2
+            else:
+                position += 2 + int.from_bytes(encoded[position + 2 : position + 4], "big")
+        return False
+    if kind == "PNG":
+        return encoded.rfind(b"IEND\xaeB`\x82") != -1  # the IEND chunk, whose CRC never varies
+    if kind == "WEBP":
+        return len(encoded) >= 8 + int.from_bytes(encoded[4:8], "little")
+    return True
 
 
 def _datatype(tensor: RequestInput) -> str:

@@ -32,3 +32,15 @@ class NotFound(ChariotError):
     """No such model or version here (404)."""
 
     status_code_default = 404
+
+
+class PredictTimeout(ChariotError):
+    """Predict did not return within CHARIOT_PREDICT_TIMEOUT (504)."""
+
+    status_code_default = 504
+
+
+class ModelBusy(ChariotError):
+    """A model that is not thread-safe is still inside a predict that overran its timeout (503)."""
+
+    status_code_default = 503

@@ -7,9 +7,11 @@ import importlib
 import json
 import logging
 import os
+import queue
 import threading
-from concurrent.futures import ThreadPoolExecutor
-from contextlib import nullcontext
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +20,7 @@ from mlserver.types import InferenceRequest, InferenceResponse, Parameters, Resp
 
 from .base import ChariotModel
 from .decoding import Image, Limits, ParsedRequest, decode_image, parse_request
-from .errors import ChariotError, InvalidResult, PredictFailed
+from .errors import ChariotError, InvalidResult, ModelBusy, PredictFailed, PredictTimeout
 from .tasks import TaskType, select, to_dicts, validate_results
 
 logger = logging.getLogger("chariot_support")
@@ -67,6 +69,73 @@ def engine_limits() -> Limits:
     )
 
 
+def env_seconds(name: str, default: float) -> float:
+    value = os.environ.get(name, "")
+    if not value:
+        return default
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise ValueError(f"environment variable {name} must be a positive number of seconds, got {value!r}") from None
+    if not 0 < seconds < float("inf"):
+        raise ValueError(f"environment variable {name} must be a positive number of seconds, got {value!r}")
+    return seconds
+
+
+@dataclass
+class _Call:
+    """One request on its way through a worker thread, as the timeout sees it."""
+
+    request_id: str | None
+    deadline: float
+    in_predict: bool = False
+    overran: bool = False
+
+
+class _Workers:
+    """The daemon threads that decode images and run predict.
+
+    Python cannot stop a thread from outside, so a predict that overruns CHARIOT_PREDICT_TIMEOUT keeps its thread
+    until it returns by itself. That thread is written off: a new one takes its place, so the others keep being
+    served, and the old one leaves when its predict returns. Daemon threads, so that a predict that never returns
+    does not keep the process alive after SIGTERM.
+    """
+
+    def __init__(self, size: int):
+        self._size = size
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        for _ in range(size):
+            self._start()
+
+    def _start(self) -> None:
+        threading.Thread(target=self._work, name="chariot", daemon=True).start()
+
+    def submit(self, fn, *args) -> Future:
+        future: Future = Future()
+        self._jobs.put((future, fn, args))
+        return future
+
+    def write_off(self, future: Future) -> None:
+        future.written_off = True
+        self._start()
+
+    def _work(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            future, fn, args = job
+            if not future.set_running_or_notify_cancel():
+                continue  # its request timed out while it waited in the queue
+            try:
+                future.set_result(fn(*args))
+            except BaseException as exc:
+                future.set_exception(exc)
+            if getattr(future, "written_off", False):
+                return
+
+    def shutdown(self) -> None:
+        for _ in range(self._size):
+            self._jobs.put(None)
+
+
 class ChariotRuntime(MLModel):
     """Loads the author's ChariotModel and answers inference requests with it."""
 
@@ -79,36 +148,95 @@ class ChariotRuntime(MLModel):
         model_dir = Path(os.environ.get("MODEL_DIR", "/mnt/models"))
         await asyncio.to_thread(self._model.load, model_dir)
         # Decoding and most predict work release the GIL, so threads keep both cores busy.
-        threads = env_int("CHARIOT_THREADS", os.cpu_count() or 1)
-        self._executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="chariot")
-        self._predict_guard = nullcontext() if model_class.thread_safe else threading.Lock()
+        self._workers = _Workers(env_int("CHARIOT_THREADS", os.cpu_count() or 1))
+        self._timeout = env_seconds("CHARIOT_PREDICT_TIMEOUT", 60.0)
+        # None when predict may run for several requests at once; else the lock that runs it one at a time.
+        self._model_lock = None if model_class.thread_safe else threading.Lock()
+        self._state_lock = threading.Lock()  # orders the timeout's view of a call against the call finishing
+        self._stuck = False  # a predict that overran its timeout still holds _model_lock
         logger.info("loaded %s (%s) from %s", model_class.__name__, self._task.value, model_dir)
         return True
 
+    @property
+    def stuck(self) -> bool:
+        """Whether a predict that overran its timeout still holds a model that runs one predict at a time."""
+        return self._stuck
+
     async def unload(self) -> bool:
-        self._executor.shutdown(wait=True)
+        self._workers.shutdown()
         return True
 
     async def predict(self, payload: InferenceRequest) -> InferenceResponse:
-        return await asyncio.get_running_loop().run_in_executor(self._executor, self._infer, payload)
+        return await self._within_timeout(payload.id, self._infer, payload)
 
     async def predict_images(
         self, request: ParsedRequest, request_id: str, explain: bool = False
     ) -> tuple[list[list[dict]], list[dict] | None]:
         """The results the engine answers for each image of an already parsed request, as protocol dicts, and
         the model's explanation of them when asked; other protocols than V2 call this (also across workers)."""
-        return await asyncio.get_running_loop().run_in_executor(
-            self._executor, self._predict_images, request, request_id, explain
-        )
+        return await self._within_timeout(request_id, self._predict_images, request, request_id, explain)
+
+    async def _within_timeout(self, request_id: str | None, work, *args):
+        """Run `work(*args, call)` on a worker thread; past CHARIOT_PREDICT_TIMEOUT the client gets a 504."""
+        call = _Call(request_id, time.monotonic() + self._timeout)
+        job = self._workers.submit(work, *args, call)
+        try:
+            return await asyncio.wait_for(asyncio.wrap_future(job), self._timeout)
+        except TimeoutError:
+            self._overran(job, call)
+            raise PredictTimeout(
+                f"predict did not return within {self._timeout:g} s (CHARIOT_PREDICT_TIMEOUT); if the model needs "
+                "longer, raise CHARIOT_PREDICT_TIMEOUT, or send fewer or smaller images per request"
+            ) from None
+
+    def _overran(self, job: Future, call: _Call) -> None:
+        logger.error("request %s: no answer within CHARIOT_PREDICT_TIMEOUT (%g s)", call.request_id, self._timeout)
+        if job.running():
+            self._workers.write_off(job)
+        with self._state_lock:
+            if call.in_predict and self._model_lock is not None:
+                # The model runs one predict at a time and this one holds it: say so, rather than queue requests
+                # behind a call that may never return. Readiness comes back when it does.
+                call.overran = True
+                self._stuck = True
+                logger.error("request %s: predict is still running; the engine reports not ready until it returns",
+                             call.request_id)
+
+    def _call_model(self, call: _Call, method, *args):
+        """The model's predict or explain, one at a time unless the model is thread-safe."""
+        lock = self._model_lock
+        if lock is not None:
+            if self._stuck:
+                raise ModelBusy(
+                    f"the model is still inside a predict that overran CHARIOT_PREDICT_TIMEOUT ({self._timeout:g} s) "
+                    "and runs one predict at a time; retry later"
+                )
+            if not lock.acquire(timeout=max(0.0, call.deadline - time.monotonic())):
+                raise PredictTimeout(f"the model was busy for all of CHARIOT_PREDICT_TIMEOUT ({self._timeout:g} s)")
+        with self._state_lock:
+            call.in_predict = True
+        try:
+            return method(*args)
+        finally:
+            with self._state_lock:
+                call.in_predict = False
+                if lock is not None:
+                    lock.release()
+                if call.overran:
+                    self._stuck = False
+                    logger.warning("request %s: the overrunning predict returned; the engine is ready again",
+                                   call.request_id)
 
     def _predict_images(
-        self, request: ParsedRequest, request_id: str, explain: bool
+        self, request: ParsedRequest, request_id: str, explain: bool, call: _Call
     ) -> tuple[list[list[dict]], list[dict] | None]:
-        images, chosen = self._results(request, request_id)
-        explanations = self._explain(images, request, chosen, request_id) if explain else None
+        images, chosen = self._results(request, request_id, call)
+        explanations = self._explain(images, request, chosen, request_id, call) if explain else None
         return [to_dicts(results) for results in chosen], explanations
 
-    def _results(self, request: ParsedRequest, request_id: str | None) -> tuple[list[Image], list[list[Any]]]:
+    def _results(
+        self, request: ParsedRequest, request_id: str | None, call: _Call
+    ) -> tuple[list[Image], list[list[Any]]]:
         """Decode, predict, check and select: each image's results as the engine answers them."""
         images = [
             Image(
@@ -122,14 +250,17 @@ class ChariotRuntime(MLModel):
             for i in request.images
         ]
         try:
-            with self._predict_guard:
-                results = self._model.predict(images, request.tensors)
+            results = self._call_model(call, self._model.predict, images, request.tensors)
         except ChariotError:
             raise
         except Exception as exc:
             logger.exception("predict failed for request %s", request_id)
             raise PredictFailed(f"predict failed: {type(exc).__name__}: {exc}") from None
-        checked = validate_results(self._task, results, [i.name for i in images])
+        try:
+            checked = validate_results(self._task, results, [i.name for i in images])
+        except InvalidResult as error:
+            logger.error("predict returned an invalid result for request %s: %s", request_id, error)
+            raise
         chosen = [
             select(self._task, per_image, action=image.action, score_threshold=image.score_threshold,
                    prompts=image.prompts)
@@ -138,11 +269,10 @@ class ChariotRuntime(MLModel):
         return images, chosen
 
     def _explain(
-        self, images: list[Image], request: ParsedRequest, chosen: list[list[Any]], request_id: str
+        self, images: list[Image], request: ParsedRequest, chosen: list[list[Any]], request_id: str, call: _Call
     ) -> list[dict]:
         try:
-            with self._predict_guard:
-                explanations = self._model.explain(images, request.tensors, chosen)
+            explanations = self._call_model(call, self._model.explain, images, request.tensors, chosen)
         except ChariotError:
             raise
         except Exception as exc:
@@ -150,9 +280,9 @@ class ChariotRuntime(MLModel):
             raise PredictFailed(f"explain failed: {type(exc).__name__}: {exc}") from None
         return validate_explanations(explanations, len(images))
 
-    def _infer(self, payload: InferenceRequest) -> InferenceResponse:
+    def _infer(self, payload: InferenceRequest, call: _Call) -> InferenceResponse:
         request = parse_request(payload, self._task, self._limits)
-        _, chosen = self._results(request, payload.id)
+        _, chosen = self._results(request, payload.id, call)
         outputs = []
         for image, results in zip(request.images, chosen, strict=True):
             outputs.append(

@@ -156,13 +156,18 @@ class ChariotDataPlane:
     async def ready(self) -> bool:
         # MLServer calls a server with no models ready; an engine is ready only once its model is loaded.
         try:
-            return await self._inner.model_ready(self.model_name)
+            return await self.model_ready(self.model_name)
         except MLServerError:
             return False
 
     async def model_ready(self, name: str, version: str | None = None) -> bool:
         with self.named(name, version) as resolved:
-            return await self._inner.model_ready(resolved, version)
+            if not await self._inner.model_ready(resolved, version):
+                return False
+            # A model stuck in a predict past CHARIOT_PREDICT_TIMEOUT cannot serve (see ChariotRuntime.stuck). With
+            # parallel workers the runtime lives in another process and only its 503 answers say so.
+            model = await self._inner._model_registry.get_model(resolved, version)
+        return not getattr(model, "stuck", False)
 
     async def model_metadata(self, name: str, version: str | None = None) -> MetadataModelResponse:
         with self.named(name, version) as resolved:
@@ -223,7 +228,8 @@ def _validation_message(exc: RequestValidationError, path: str) -> str:
 
 class JSONBodies:
     """Read every POST body as JSON whatever its Content-Type (`curl -d` labels it form data, and the engine's
-    POST routes take nothing but JSON), and an empty body as `{}`, as tritonclient sends a repository index."""
+    POST routes take nothing but JSON), and an empty body as `{}` where no body is needed, as tritonclient sends a
+    repository index."""
 
     def __init__(self, app):
         self.app = app
@@ -233,7 +239,8 @@ class JSONBodies:
             return await self.app(scope, receive, send)
         headers = [(k, v) for k, v in scope["headers"] if k != b"content-type"]
         scope = {**scope, "headers": [*headers, (b"content-type", b"application/json")]}
-        first = True
+        # An empty inference body is refused as such; elsewhere (a repository index) it means no options.
+        first = not scope["path"].rstrip("/").endswith("infer")
 
         async def empty_is_an_object():
             nonlocal first
@@ -310,7 +317,7 @@ def install_chariot_routes(app: FastAPI, data_plane: ChariotDataPlane, *, max_re
     async def ready() -> JSONResponse:
         if await data_plane.ready():
             return JSONResponse({"status": "ready"})
-        return _error(503, "the model is not loaded yet")
+        return _error(503, "the model is not loaded, or is stuck in a predict that overran CHARIOT_PREDICT_TIMEOUT")
 
     app.add_api_route("/infer", infer, methods=["POST"], **lean)
     app.add_api_route("/ready", ready, methods=["GET"])

@@ -172,8 +172,10 @@ def run_engine(
     env: dict[str, str] | None = None,
     python: str = sys.executable,
     timeout: float = 90.0,
+    **popen: Any,
 ) -> Iterator[RunningEngine]:
-    """Start `python -m package` on free 127.0.0.1 ports, wait until it is ready, and stop it afterwards."""
+    """Start `python -m package` on free 127.0.0.1 ports, wait until it is ready, and stop it afterwards. `popen`
+    goes to subprocess.Popen (cwd, user, group...)."""
     ports = free_port(), free_port(), free_port()
     environment = {
         **os.environ,
@@ -187,7 +189,7 @@ def run_engine(
         environment["PYTHONPATH"] = os.pathsep.join(filter(None, [str(src), environment.get("PYTHONPATH")]))
     log_file = tempfile.NamedTemporaryFile(prefix=f"{package}-", suffix=".log", delete=False)
     process = subprocess.Popen(
-        [python, "-m", package], env=environment, stdout=log_file, stderr=subprocess.STDOUT
+        [python, "-m", package], env=environment, stdout=log_file, stderr=subprocess.STDOUT, **popen
     )
     engine = RunningEngine(process, *ports, Path(log_file.name))
     try:

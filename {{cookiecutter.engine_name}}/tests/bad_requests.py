@@ -1,0 +1,287 @@
+"""The catalogue of bad requests: what is sent, and the 4xx `{"error"}` that must come back, whatever the
+transport. A transport (REST path, gRPC, the parser called directly) says which cases it can carry and sends one."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import struct
+import zlib
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+import PIL.Image
+import requests
+from mlserver.types import InferenceRequest
+from pydantic import ValidationError
+
+from chariot_support.decoding import DEFAULT_LIMITS, decode_image, parse_request
+from chariot_support.errors import ChariotError
+from chariot_support.testing import encode_image
+
+# Image Text to Text needs prompts; the other tasks pass them to predict untouched, so every image carries some.
+PROMPTS = ["what colours are in the picture?"]
+
+
+def _picture() -> np.ndarray:
+    rng = np.random.default_rng(7)
+    pixels = rng.integers(0, 255, (48, 64, 3), dtype=np.uint8)  # noise, so the files are long enough to cut
+    pixels[8:30, 10:40] = (255, 0, 0)
+    return pixels
+
+
+PICTURE = _picture()
+PNG = base64.b64decode(encode_image(PICTURE, ".png"))
+JPEG = base64.b64decode(encode_image(PICTURE, ".jpg"))
+
+
+def b64(raw: bytes) -> str:
+    return base64.b64encode(raw).decode("ascii")
+
+
+def png_declaring(width: int, height: int, *, real: bool = False) -> bytes:
+    """A PNG whose header claims width x height. With `real`, its 1-bit pixel data truly fills that canvas (a
+    decompression bomb: a few KB that decode to width x height x 3 bytes); otherwise it holds a few bytes."""
+
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+
+    if real:
+        header = struct.pack(">IIBBBBB", width, height, 1, 0, 0, 0, 0)  # 1-bit greyscale
+        pixels = zlib.compress(b"\0" * ((width + 7) // 8 + 1) * height, 9)
+    else:
+        header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+        pixels = zlib.compress(b"\0" * 16)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", pixels) + chunk(b"IEND", b"")
+
+
+def _gif() -> bytes:
+    buffer = io.BytesIO()
+    PIL.Image.fromarray(PICTURE).save(buffer, "GIF")
+    return buffer.getvalue()
+
+
+# 12000 x 12000 is above the engine's default limit (Limits.max_image_pixels) and below Pillow's own cap, so the
+# engine's check is the one that refuses it. Decoded, it would take 432 MB.
+BOMB_SIDE = 12_000
+assert BOMB_SIDE**2 > DEFAULT_LIMITS.max_image_pixels
+BOMB = png_declaring(BOMB_SIDE, BOMB_SIDE, real=True)
+
+
+def image(name: str = "image-0", data: Any = None, **overrides: Any) -> dict:
+    """A good image input, with any field replaced (`parameters` merged over the prompts)."""
+    tensor = {"name": name, "shape": [1], "datatype": "BYTES", "data": [b64(PNG) if data is None else data],
+              "parameters": {"prompts": PROMPTS, **overrides.pop("parameters", {})}}
+    tensor.update(overrides)
+    return tensor
+
+
+def without(tensor: dict, key: str) -> dict:
+    return {k: v for k, v in tensor.items() if k != key}
+
+
+def request(*inputs: dict, **parameters: Any) -> dict:
+    body: dict = {"inputs": list(inputs or [image()])}
+    if parameters:
+        body["parameters"] = parameters
+    return body
+
+
+def number(datatype: str, data: list, shape: list | None = None, name: str = "x") -> dict:
+    return {"name": name, "datatype": datatype, "shape": [len(data)] if shape is None else shape, "data": data}
+
+
+GOOD = request()
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    body: dict | bytes  # bytes are sent as they are, by transports that carry a raw body
+    status: int
+    fragments: tuple[str, ...]  # every one must appear in the error message
+    model: str | None = None  # address this model instead of the engine's own
+    version: str | None = None
+    method: str = "POST"
+
+    @property
+    def addressed_plainly(self) -> bool:
+        """Sent the usual way: a POST to the engine's own model."""
+        return self.model is None and self.version is None and self.method == "POST"
+
+
+def case(name: str, body: dict | bytes, *fragments: str, status: int = 400, **where: Any) -> Case:
+    return Case(name, body, status, fragments, **where)
+
+
+def _truncated(raw: bytes, keep: float) -> str:
+    return b64(raw[: int(len(raw) * keep)])
+
+
+CASES: list[Case] = [
+    # the body
+    case("malformed JSON", b"{not json", "not valid JSON"),
+    case("body not UTF-8", b"\xff\xfe{}", "not valid JSON"),
+    case("empty body", b"", "JSON object"),
+    case("body a list", b"[1, 2]", "JSON object"),
+    case("body a string", b'"hello"', "JSON object"),
+    case("no inputs field", {}, "inputs: Field required"),
+    case("inputs not a list", {"inputs": {"name": "x"}}, "inputs: Input should be a valid list"),
+    case("empty inputs", {"inputs": []}, "no inputs"),
+    case("request parameters not an object", {**GOOD, "parameters": "fast"}, "parameters: Input should be"),
+    case("too many inputs", request(*(image(f"image-{i}") for i in range(DEFAULT_LIMITS.max_inputs + 1))),
+         f"{DEFAULT_LIMITS.max_inputs + 1} inputs", f"at most {DEFAULT_LIMITS.max_inputs}"),
+    # the fields of an input
+    case("missing name", request(without(image(), "name")), "inputs[0].name: Field required"),
+    case("missing shape", request(without(image(), "shape")), "inputs[0].shape: Field required"),
+    case("missing datatype", request(without(image(), "datatype")), "inputs[0].datatype: Field required"),
+    case("missing data", request(without(image(), "data")), "inputs[0].data: Field required"),
+    case("name not a string", request(image(name=5)), "inputs[0].name"),
+    case("empty name", request(image(), image("")), "inputs[1]", "empty name"),
+    case("duplicate names", request(image(), image()), "input 'image-0'", "appears twice"),
+    case("unknown datatype", request(image(datatype="FP8")), "inputs[0].datatype"),
+    case("input parameters not an object", request(image() | {"parameters": "x"}), "inputs[0].parameters"),
+    case("no image input", request(number("FP32", [1.0])), "no image input"),
+    # shapes
+    case("zero dimension", request(image(shape=[0])), "input 'image-0'", "invalid dimension 0"),
+    case("negative dimension", request(image(shape=[-2])), "input 'image-0'", "invalid dimension -2"),
+    case("dimension beyond int64", request(image(shape=[2**63])), "input 'image-0'", "invalid dimension"),
+    # JSON parsers stop at 64 bits, Python does not: the two refusals differ, both name the shape.
+    case("dimension beyond any integer", request(image(shape=[2**64])), "shape"),
+    case("dimension not a number", request(image(shape=["one"])), "inputs[0].shape[0]"),
+    case("empty shape", request(image(shape=[])), "input 'image-0'", "shape is empty"),
+    case("two variable dimensions", request(image(), number("FP32", [1, 2], [-1, -1])), "input 'x'", "more than one variable"),
+    case("variable dimension that does not fit", request(image(), number("FP32", [1, 2, 3], [-1, 2])),
+         "input 'x'", "3 data elements do not fit shape [-1, 2]"),
+    case("fixed shape larger than the data", request(image(), number("FP32", [1, 2, 3], [4])),
+         "input 'x'", "shape [4] holds 4 elements but data has 3"),
+    case("shape disagrees with the data", request(image(shape=[3])), "input 'image-0'", "shape [3]"),
+    case("dimensions whose product overflows", request(image(), number("FP32", [1], [2**40, 2**40])), "input 'x'", "data has 1"),
+    case("several images in one input", request(image(shape=[2]) | {"data": [b64(PNG)] * 2}),
+         "input 'image-0'", "holds 2 images"),
+    # values against the datatype
+    case("text in an INT32 tensor", request(image(), number("INT32", [1, "two"])), "input 'x'", "must be numbers"),
+    case("fraction in an INT32 tensor", request(image(), number("INT32", [2.5])), "input 'x'", "whole numbers"),
+    case("UINT8 out of range", request(image(), number("UINT8", [300])), "input 'x'", "out of range for UINT8"),
+    case("null in an FP32 tensor", request(image(), number("FP32", [None])), "input 'x'", "must be numbers"),
+    case("string as BOOL", request(image(), number("BOOL", ["true"])), "input 'x'", "true/false"),
+    case("number in a text tensor", request(image(), number("BYTES", ["a", 1]) | {"parameters": {"content_type": "str"}}),
+         "input 'x'", "must be strings"),
+    # image data
+    case("invalid base64", request(image(data="@@not base64@@")), "input 'image-0'", "not valid base64"),
+    case("base64 cut mid-quantum", request(image(data=b64(PNG)[:-1])), "input 'image-0'", "not valid base64"),
+    case("empty image data", request(image(data="")), "input 'image-0'", "is empty"),
+    case("image data not a string", request(image(data=5)), "input 'image-0'", "must be a base64 string"),
+    case("image data null", request(image() | {"data": [None]}), "input 'image-0'", "must be a base64 string"),
+    case("bytes that are no image", request(image(data=b64(b"hello, this is not an image"))),
+         "input 'image-0'", "not an image this engine can read"),
+    case("image magic then garbage", request(image(data=b64(PNG[:8] + b"\0" * 64))), "input 'image-0'", "not an image"),
+    case("truncated JPEG", request(image(data=_truncated(JPEG, 0.6))), "input 'image-0'", "JPEG file is cut short"),
+    case("JPEG missing its last bytes", request(image(data=b64(JPEG[:-2]))), "input 'image-0'", "JPEG file is cut short"),
+    case("truncated PNG", request(image(data=_truncated(PNG, 0.6))), "input 'image-0'", "PNG file is cut short"),
+    case("truncated GIF", request(image(data=_truncated(_gif(), 0.5))), "input 'image-0'", "could not be decoded"),
+    case("image of zero width", request(image(data=b64(png_declaring(0, 10)))), "input 'image-0'", "not an image"),
+    case("image of zero height", request(image(data=b64(png_declaring(10, 0)))), "input 'image-0'", "not an image"),
+    case("decompression bomb over the engine's limit", request(image(data=b64(BOMB))),
+         "input 'image-0'", f"{BOMB_SIDE}x{BOMB_SIDE} pixels", str(DEFAULT_LIMITS.max_image_pixels)),
+    case("header beyond Pillow's cap", request(image(data=b64(png_declaring(100_000, 100_000)))),
+         "input 'image-0'", "more than", "accepts at most"),
+    # parameters
+    case("unknown action", request(image(parameters={"action": "explode"})), "input 'image-0'", "'explode'", "allowed:"),
+    case("action not a string", request(image(parameters={"action": 5})), "input 'image-0'", "unknown action 5"),
+    case("unknown request action", request(action="explode"), "'explode'", "request parameters"),
+    case("score_threshold a word", request(image(parameters={"score_threshold": "high"})),
+         "input 'image-0'", "'score_threshold'", "between 0 and 1"),
+    case("score_threshold above 1", request(image(parameters={"score_threshold": 1.5})), "'score_threshold'", "between 0 and 1"),
+    case("score_threshold a boolean", request(image(parameters={"score_threshold": True})), "'score_threshold'", "between 0 and 1"),
+    case("score_threshold a list", request(image(parameters={"score_threshold": [0.5]})), "'score_threshold'", "between 0 and 1"),
+    case("score_threshold below 0", request(image(parameters={"score_threshold": -0.1})), "'score_threshold'", "between 0 and 1"),
+    case("score_threshold infinite", request(image(parameters={"score_threshold": "inf"})), "'score_threshold'", "between 0 and 1"),
+    case("score_threshold NaN", request(image(parameters={"score_threshold": "nan"})), "'score_threshold'", "between 0 and 1"),
+    case("prompts not strings", request(image(parameters={"prompts": [1, 2]})), "input 'image-0'", "'prompts'", "list of strings"),
+    case("prompts a number", request(image(parameters={"prompts": 5})), "'prompts'", "list of strings"),
+    case("prompts an object", request(image(parameters={"prompts": {"q": "a"}})), "'prompts'", "list of strings"),
+    case("prompts broken JSON", request(image(parameters={"prompts": '["a",'})), "'prompts'", "not valid JSON"),
+    case("metadata not JSON", request(metadata="{oops"), "parameters.metadata is not valid JSON"),
+    case("metadata not a string", request(metadata={"a": 1}), "parameters.metadata", "JSON-encoded string"),
+    case("metadata JSON but not an object", request(metadata="[1]"), "parameters.metadata", "JSON object"),
+    case("input metadata not JSON", request(image(parameters={"metadata": "nope"})),
+         "input 'image-0'", "parameters.metadata", "not valid JSON"),
+    case("input metadata not a string", request(image(parameters={"metadata": {"a": 1}})),
+         "input 'image-0'", "parameters.metadata", "JSON-encoded string"),
+    case("input metadata JSON but not an object", request(image(parameters={"metadata": "3"})),
+         "input 'image-0'", "parameters.metadata", "JSON object"),
+    # addressing
+    case("unknown model", GOOD, "no model named 'not-chariot'", "m-<id>", status=404, model="not-chariot"),
+    case("unknown version", GOOD, "has no version '999'", status=404, version="999"),
+    case("GET on infer", b"", "GET is not allowed", status=405, method="GET"),
+    case("PUT on infer", GOOD, "PUT is not allowed", status=405, method="PUT"),
+]
+assert len({c.name for c in CASES}) == len(CASES), "case names must be unique: they name the tests"
+
+
+class Transport(Protocol):
+    name: str
+
+    def carries(self, case: Case) -> bool: ...
+
+    def send(self, engine, model_name: str, case: Case) -> tuple[int, Any]: ...
+
+
+@dataclass(frozen=True)
+class Rest:
+    """A REST path the engine serves inference on; `{model}` is the model name in it, if it has one."""
+
+    name: str
+    path: str
+
+    def carries(self, case: Case) -> bool:
+        return "{model}" in self.path or case.addressed_plainly or case.method != "POST"
+
+    def url(self, engine, model_name: str, case: Case) -> str:
+        path = self.path
+        if case.version is not None:
+            path = path.replace("/infer", f"/versions/{case.version}/infer")
+        return engine.url + path.format(model=case.model or model_name)
+
+    def send(self, engine, model_name: str, case: Case) -> tuple[int, Any]:
+        body = case.body if isinstance(case.body, bytes) else json.dumps(case.body).encode()
+        response = requests.request(case.method, self.url(engine, model_name, case), data=body, timeout=60,
+                                    allow_redirects=False)
+        return response.status_code, response.json()
+
+
+REST_TRANSPORTS = [
+    Rest("v2", "/v2/models/{model}/infer"),
+    Rest("v2-slash", "/v2/models/{model}/infer/"),
+    Rest("chariot-root", "/infer"),
+]
+
+
+@dataclass(frozen=True)
+class Parser:
+    """No transport: the request envelope straight into the engine's parser and image decoder, as the runtime
+    calls them. Carries the cases that are valid InferenceRequests, whose refusal is the engine's own."""
+
+    task: Any  # TaskType
+    name: str = "parser"
+
+    def carries(self, case: Case) -> bool:
+        if not (isinstance(case.body, dict) and case.addressed_plainly):
+            return False
+        try:
+            InferenceRequest.model_validate(case.body)
+        except ValidationError:
+            return False
+        return True
+
+    def send(self, engine, model_name: str, case: Case) -> tuple[int, Any]:
+        try:
+            parsed = parse_request(InferenceRequest.model_validate(case.body), self.task, DEFAULT_LIMITS)
+            for i in parsed.images:
+                decode_image(i.encoded, f"input '{i.name}'", DEFAULT_LIMITS)
+        except ChariotError as error:
+            return error.status_code, {"error": str(error)}
+        return 200, {}

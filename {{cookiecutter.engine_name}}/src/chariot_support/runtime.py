@@ -17,6 +17,7 @@ from mlserver.types import InferenceRequest, InferenceResponse, Parameters, Resp
 from .base import ChariotModel
 from .decoding import Image, Limits, decode_image, parse_request
 from .errors import ChariotError, PredictFailed
+from .logs import note_request_id
 from .tasks import TaskType, select, to_dicts, validate_results
 
 logger = logging.getLogger("chariot_support")
@@ -69,6 +70,7 @@ class ChariotRuntime(MLModel):
         return True
 
     async def predict(self, payload: InferenceRequest) -> InferenceResponse:
+        note_request_id(payload.id)  # a request that fails here is still logged under its id
         return await asyncio.get_running_loop().run_in_executor(self._executor, self._infer, payload)
 
     def _infer(self, payload: InferenceRequest) -> InferenceResponse:

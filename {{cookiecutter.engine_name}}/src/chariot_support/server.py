@@ -24,6 +24,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .base import ChariotModel
 from .errors import ChariotError
+from .logs import GRPCRequestLog, configure_logging, install_request_log
 
 logger = logging.getLogger("chariot_support")
 
@@ -215,6 +216,7 @@ def install_chariot_routes(app: FastAPI, data_plane: ChariotDataPlane) -> None:
         return _error(500, f"internal error: {type(exc).__name__}: {exc}")
 
     app.add_middleware(JSONBodies)
+    install_request_log(app, data_plane.model_name)
     app.add_exception_handler(RequestValidationError, on_validation_error)
     app.add_exception_handler(StarletteHTTPException, on_http_error)
     app.add_exception_handler(Exception, on_unhandled)
@@ -231,7 +233,7 @@ class ChariotServer(MLServer):
         model_name, pinned = self._chariot_model
         self._data_plane = ChariotDataPlane(self._data_plane, model_name=model_name, pinned=pinned)
         super()._create_servers()
-        self._grpc_server._data_plane = _JSONResultsDataPlane(self._data_plane)
+        self._grpc_server._data_plane = GRPCRequestLog(_JSONResultsDataPlane(self._data_plane))
         install_chariot_routes(self._rest_server._app, self._data_plane)
 
 
@@ -240,6 +242,7 @@ async def _serve(model_class: type[ChariotModel], default_model_id: str) -> None
     model_id = model_id_from_env(default_model_id)
     model = model_settings(model_class, model_id)
     server = ChariotServer(settings, model_name=model.name, pinned=bool(os.environ.get("CHARIOT_MODEL_ID")))
+    configure_logging()  # after MLServer's constructor has set up its logger, so that one is formatted too
     logger.info("serving %s as %s on REST :%s and gRPC :%s", model_class.task_type.value, model.name,
                 settings.http_port, settings.grpc_port)
     await server.start([model])

@@ -3,6 +3,9 @@ on free loopback ports."""
 
 import importlib
 import math
+import os
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -12,7 +15,9 @@ import pytest
 
 from chariot_support.testing import engine_package, run_engine
 
-SRC = Path(__file__).resolve().parents[1] / "src"
+ROOT = Path(__file__).resolve().parents[1]
+SRC = ROOT / "src"
+SAMPLES = ROOT / "samples"
 
 
 @dataclass(frozen=True)
@@ -65,6 +70,18 @@ def model_name(package: str) -> str:
 def engine(package: str):
     with run_engine(package, src=SRC) as running:
         yield running
+
+
+@pytest.fixture(scope="session")
+def run_client(package: str):
+    """Run `python -m <package>.client ARGS...` as a user would, from the engine's folder."""
+
+    def run(*args: str, timeout: float = 120.0) -> subprocess.CompletedProcess:
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(SRC), os.environ.get("PYTHONPATH")]))}
+        return subprocess.run([sys.executable, "-m", f"{package}.client", *map(str, args)], cwd=ROOT, env=env,
+                              capture_output=True, text=True, timeout=timeout)
+
+    return run
 
 
 def angle_between(a: float, b: float, period: float = math.pi / 2) -> float:

@@ -4,12 +4,16 @@
 import base64
 import json
 import math
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import cv2
 import numpy as np
 import pytest
 
+import chariot_support
 from chariot_support import client
 from chariot_support.tasks import Segmentation
 from chariot_support.testing import changed_near, free_port
@@ -175,3 +179,13 @@ def test_an_engine_that_is_not_there_exits_1_with_the_reason(capsys):
     captured = capsys.readouterr()
     assert "cannot reach" in captured.err and "is the engine running" in captured.err
     assert captured.out == ""
+
+
+def test_the_client_starts_without_importing_the_server():
+    """The client needs no MLServer; importing it would cost every run a second or more."""
+    src = str(Path(chariot_support.__file__).resolve().parents[1])
+    check = "import sys, chariot_support.client; print(sorted(m for m in sys.modules if m.split('.')[0] == 'mlserver'))"
+    result = subprocess.run([sys.executable, "-c", check], env={**os.environ, "PYTHONPATH": src},
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"

@@ -84,6 +84,28 @@ def run_client(package: str):
     return run
 
 
+@dataclass(frozen=True)
+class Drawn:
+    """What the client printed for samples/scene.png, the picture, and the client's drawing of it (both BGR)."""
+
+    lines: list[str]
+    before: np.ndarray
+    after: np.ndarray
+
+
+@pytest.fixture
+def client_on_scene(engine, run_client, tmp_path):
+    """Run the client on samples/scene.png against the engine with `--draw`, plus any other arguments."""
+
+    def run(*args: str) -> Drawn:
+        out = tmp_path / "found.png"
+        result = run_client("samples/scene.png", "--url", engine.url, "--draw", out, *args)
+        assert result.returncode == 0, result.stderr
+        return Drawn(result.stdout.splitlines(), cv2.imread(str(SAMPLES / "scene.png")), cv2.imread(str(out)))
+
+    return run
+
+
 def angle_between(a: float, b: float, period: float = math.pi / 2) -> float:
     """Distance between two box angles, in radians, ignoring the quarter turns that describe the same box."""
     d = (a - b) % period

@@ -189,3 +189,9 @@ def test_the_client_starts_without_importing_the_server():
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
+
+
+def test_every_name_the_support_package_exports_resolves():
+    assert sorted(chariot_support.__all__) == sorted(chariot_support._EXPORTS)
+    for name in chariot_support.__all__:
+        assert getattr(chariot_support, name).__name__ == name

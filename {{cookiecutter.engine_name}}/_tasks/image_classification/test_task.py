@@ -1,9 +1,7 @@
 """Image Classification: `predict` gives the top label, `predict_proba` every label with its score."""
 
 import json
-from pathlib import Path
 
-import cv2
 import numpy as np
 import requests
 
@@ -59,19 +57,14 @@ def test_detect_is_not_a_classification_action(engine, model_name):
     assert "'predict', 'predict_proba'" in response.json()["error"]
 
 
-SCENE_FILE = Path(__file__).resolve().parents[1] / "samples" / "scene.png"
-
-
-def test_client_prints_the_labels_and_writes_them_on_the_image(engine, run_client, scene, tmp_path):
-    out = tmp_path / "found.png"
-    result = run_client(SCENE_FILE, "--url", engine.url, "--action", "predict_proba", "--draw", out)
-    assert result.returncode == 0, result.stderr
-    lines = result.stdout.splitlines()
-    assert lines[0] == f"{SCENE_FILE} (image-0): 3 results"
+def test_client_prints_the_labels_and_writes_them_on_the_image(client_on_scene, scene):
+    drawn = client_on_scene("--action", "predict_proba")
+    lines = drawn.lines
+    assert lines[0] == "samples/scene.png (image-0): 3 results"
     assert lines[1].split() == ["label", "score"]
     rows = [line.split() for line in lines[2:5]]
     assert [r[0] for r in rows][0] == "red" and {r[0] for r in rows} == {"red", "green", "blue"}
     assert abs(sum(float(r[1]) for r in rows) - 1) < 0.01
-    before, after = cv2.imread(str(SCENE_FILE)), cv2.imread(str(out))
+    before, after = drawn.before, drawn.after
     assert (before[:20] != after[:20]).any(axis=2).sum() > 100  # the labels, across the top
     assert np.array_equal(before[scene.height // 2 :], after[scene.height // 2 :])

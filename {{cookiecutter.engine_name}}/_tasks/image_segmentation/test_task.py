@@ -2,7 +2,6 @@
 
 import json
 import math
-from pathlib import Path
 
 import cv2
 import numpy as np
@@ -52,21 +51,16 @@ def test_score_threshold_applies(engine, model_name, scene):
     assert len(segment(engine, model_name, scene, score_threshold=scores[-1])) == 1
 
 
-SCENE_FILE = Path(__file__).resolve().parents[1] / "samples" / "scene.png"
-
-
-def test_client_prints_the_contours_and_draws_them(engine, run_client, scene, tmp_path):
-    out = tmp_path / "found.png"
-    result = run_client(SCENE_FILE, "--url", engine.url, "--draw", out)
-    assert result.returncode == 0, result.stderr
-    lines = result.stdout.splitlines()
-    assert lines[0] == f"{SCENE_FILE} (image-0): 3 results"
+def test_client_prints_the_contours_and_draws_them(client_on_scene, scene):
+    drawn = client_on_scene()
+    lines = drawn.lines
+    assert lines[0] == "samples/scene.png (image-0): 3 results"
     assert lines[1].split()[:4] == ["label", "score", "contours", "points"]
     rows = {line.split()[0]: line for line in lines[2:5]}
     assert set(rows) == {"red", "green", "blue"}
     xmin, ymin, xmax, ymax = scene.red_box
     assert rows["red"].endswith(f"{xmin}, {ymin}, {xmax - 1}, {ymax - 1}")
-    before, after = cv2.imread(str(SCENE_FILE)), cv2.imread(str(out))
+    before, after = drawn.before, drawn.after
     assert changed_near(before, after, (xmin + xmax) / 2, ymax - 1)  # the outline
     centre = ((ymin + ymax) // 2, (xmin + xmax) // 2)
     assert not np.array_equal(before[centre], after[centre])  # the tint

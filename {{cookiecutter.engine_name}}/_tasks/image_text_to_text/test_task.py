@@ -1,9 +1,7 @@
 """Image Text to Text: one {prompt, answer} per prompt, per image, in prompt order."""
 
 import json
-from pathlib import Path
 
-import cv2
 import numpy as np
 import requests
 
@@ -49,19 +47,13 @@ def test_prompts_are_required(engine, model_name, scene):
     assert "prompts" in response.json()["error"]
 
 
-SCENE_FILE = Path(__file__).resolve().parents[1] / "samples" / "scene.png"
-
-
-def test_client_prints_the_answers_and_writes_them_on_the_image(engine, run_client, scene, tmp_path):
-    out = tmp_path / "found.png"
-    result = run_client(SCENE_FILE, "--url", engine.url, "--prompt", "is there anything red?", "--prompt", "what is here?",
-                        "--draw", out)
-    assert result.returncode == 0, result.stderr
-    lines = result.stdout.splitlines()
-    assert lines[0] == f"{SCENE_FILE} (image-0): 2 results"
+def test_client_prints_the_answers_and_writes_them_on_the_image(client_on_scene, scene):
+    drawn = client_on_scene("--prompt", "is there anything red?", "--prompt", "what is here?")
+    lines = drawn.lines
+    assert lines[0] == "samples/scene.png (image-0): 2 results"
     assert lines[1].split() == ["prompt", "answer"]
     assert lines[2].startswith("is there anything red?") and lines[2].endswith("yes, 1 red region.")
     assert lines[3].startswith("what is here?") and "1 green region" in lines[3]
-    before, after = cv2.imread(str(SCENE_FILE)), cv2.imread(str(out))
+    before, after = drawn.before, drawn.after
     assert (before[:20] != after[:20]).any(axis=2).sum() > 100  # the answers, across the top
     assert np.array_equal(before[scene.height // 2 :], after[scene.height // 2 :])

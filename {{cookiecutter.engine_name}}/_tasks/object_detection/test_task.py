@@ -1,9 +1,7 @@
 """Object Detection: boxes in pixels, y down, checked against the shapes drawn in the test."""
 
 import json
-from pathlib import Path
 
-import cv2
 import requests
 
 from chariot_support.testing import as_image, changed_near, chariot_request, image_input
@@ -58,20 +56,15 @@ def test_empty_image_has_no_detections(engine, model_name, scene):
     assert detect(engine, model_name, type(scene)(pixels=scene.pixels * 0)) == []
 
 
-SCENE_FILE = Path(__file__).resolve().parents[1] / "samples" / "scene.png"
-
-
-def test_client_prints_the_boxes_and_draws_them(engine, run_client, scene, tmp_path):
-    out = tmp_path / "found.png"
-    result = run_client(SCENE_FILE, "--url", engine.url, "--draw", out)
-    assert result.returncode == 0, result.stderr
-    lines = result.stdout.splitlines()
-    assert lines[0] == f"{SCENE_FILE} (image-0): 3 results"
+def test_client_prints_the_boxes_and_draws_them(client_on_scene, scene):
+    drawn = client_on_scene()
+    lines = drawn.lines
+    assert lines[0] == "samples/scene.png (image-0): 3 results"
     assert lines[1].split() == ["label", "score", "xmin", "ymin", "xmax", "ymax"]
     rows = {line.split()[0]: line.split() for line in lines[2:5]}
     assert set(rows) == {"red", "green", "blue"}
     assert [float(v) for v in rows["red"][2:]] == list(scene.red_box)
-    before, after = cv2.imread(str(SCENE_FILE)), cv2.imread(str(out))
+    before, after = drawn.before, drawn.after
     xmin, ymin, xmax, ymax = scene.red_box
     assert changed_near(before, after, (xmin + xmax) / 2, ymin) and changed_near(before, after, xmax, (ymin + ymax) / 2)
     cx, cy = scene.green_centre

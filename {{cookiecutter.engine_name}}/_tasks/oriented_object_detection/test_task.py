@@ -2,7 +2,6 @@
 
 import json
 import math
-from pathlib import Path
 
 import cv2
 import requests
@@ -60,21 +59,16 @@ def test_values_are_normalised(engine, model_name, scene):
     assert abs(red["cy"] - (ymin + ymax - 1) / 2 / scene.height) < 0.005
 
 
-SCENE_FILE = Path(__file__).resolve().parents[1] / "samples" / "scene.png"
-
-
-def test_client_prints_the_rotated_boxes_and_draws_them(engine, run_client, scene, tmp_path):
-    out = tmp_path / "found.png"
-    result = run_client(SCENE_FILE, "--url", engine.url, "--draw", out)
-    assert result.returncode == 0, result.stderr
-    lines = result.stdout.splitlines()
-    assert lines[0] == f"{SCENE_FILE} (image-0): 3 results"
+def test_client_prints_the_rotated_boxes_and_draws_them(client_on_scene, scene):
+    drawn = client_on_scene()
+    lines = drawn.lines
+    assert lines[0] == "samples/scene.png (image-0): 3 results"
     assert lines[1].split() == ["label", "score", "cx", "cy", "w", "h", "r", "(rad)"]
     rows = {line.split()[0]: [float(v) for v in line.split()[1:]] for line in lines[2:5]}
     assert set(rows) == {"red", "green", "blue"}
     _, cx, cy, _, _, _ = rows["blue"]
     assert abs(cx - scene.blue_centre[0] / scene.width) < 0.01 and abs(cy - scene.blue_centre[1] / scene.height) < 0.01
-    before, after = cv2.imread(str(SCENE_FILE)), cv2.imread(str(out))
+    before, after = drawn.before, drawn.after
     # The midpoints of the blue box's long sides, as drawn in the scene: the outline must pass there.
     (bx, by), (_, height), degrees = scene.blue_centre, scene.blue_size, scene.blue_degrees
     nx, ny = -math.sin(math.radians(degrees)), math.cos(math.radians(degrees))

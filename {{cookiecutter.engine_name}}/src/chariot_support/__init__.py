@@ -19,7 +19,18 @@ _EXPORTS = {
     "TaskType": ".tasks",
     "contours_from_mask": ".tasks",
 }
-__all__ = sorted(_EXPORTS)
+__all__ = [
+    "BadRequest",
+    "ChariotModel",
+    "Classification",
+    "Detection",
+    "Image",
+    "OrientedDetection",
+    "PromptAnswer",
+    "Segmentation",
+    "TaskType",
+    "contours_from_mask",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -27,7 +27,10 @@ def test_no_template_syntax_survives(baked, task):
     root = baked(task)
     for path in files(root):
         assert "{{" not in str(path) and "{%" not in str(path), path
-        text = path.read_text(errors="replace")
+        raw = path.read_bytes()
+        if b"\0" in raw:  # an image: cookiecutter copies binary files without rendering them
+            continue
+        text = raw.decode(errors="replace")
         assert not LEFTOVER.search(text), f"{path} still holds template syntax: {LEFTOVER.search(text).group()}"
 
 
@@ -47,6 +50,17 @@ def test_only_the_chosen_task_is_kept(baked, task):
     assert {p.relative_to(baked_support): p.read_bytes() for p in files(baked_support)} == shipped
     main = (root / "src" / package / "__main__.py").read_text()
     assert f'DEFAULT_MODEL_ID = "{ANSWERS.get(task, {}).get("model_id", "demo")}"' in main
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_sample_images_arrive_byte_for_byte(baked, task):
+    from pathlib import Path
+
+    shipped = TEMPLATE_ROOT / "{{cookiecutter.engine_name}}" / "samples"
+    baked_samples = Path(baked(task)) / "samples"
+    assert sorted(p.name for p in baked_samples.iterdir()) == sorted(p.name for p in shipped.iterdir()) != []
+    for path in shipped.iterdir():
+        assert (baked_samples / path.name).read_bytes() == path.read_bytes(), path.name
 
 
 @pytest.mark.parametrize("task", TASKS)

@@ -250,7 +250,7 @@ def test_dockerignore_keeps_tests_and_git_out():
     ]
     excluded = {p.strip("/") for p in patterns if not p.startswith("!")}
     reincluded = {p[1:].strip("/") for p in patterns if p.startswith("!")}
-    for needed in ("tests", ".git"):
+    for needed in ("tests", "samples", ".git"):
         assert needed in excluded, f".dockerignore does not exclude {needed}"
         again = [p for p in reincluded if p == needed or p.startswith(f"{needed}/")]
         assert not again, f".dockerignore re-includes {again}"

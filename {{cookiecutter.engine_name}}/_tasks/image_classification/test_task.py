@@ -56,3 +56,16 @@ def test_detect_is_not_a_classification_action(engine, model_name):
     response = requests.post(f"{engine.url}/v2/models/{model_name}/infer", data=json.dumps(body), timeout=30)
     assert response.status_code == 400
     assert "'predict', 'predict_proba'" in response.json()["error"]
+
+
+def test_client_prints_the_labels_and_writes_them_on_the_image(client_on_scene, scene):
+    drawn = client_on_scene("--action", "predict_proba")
+    lines = drawn.lines
+    assert lines[0] == "samples/scene.png (image-0): 3 results"
+    assert lines[1].split() == ["label", "score"]
+    rows = [line.split() for line in lines[2:5]]
+    assert [r[0] for r in rows][0] == "red" and {r[0] for r in rows} == {"red", "green", "blue"}
+    assert abs(sum(float(r[1]) for r in rows) - 1) < 0.01
+    before, after = drawn.before, drawn.after
+    assert (before[:20] != after[:20]).any(axis=2).sum() > 100  # the labels, across the top
+    assert np.array_equal(before[scene.height // 2 :], after[scene.height // 2 :])

@@ -7,7 +7,7 @@ import cv2
 import numpy as np
 import requests
 
-from chariot_support.testing import as_image, chariot_request, image_input
+from chariot_support.testing import as_image, changed_near, chariot_request, image_input
 
 from {{ cookiecutter.__package_name }}.model import Model
 
@@ -50,3 +50,19 @@ def test_contours_outline_the_drawn_shapes(engine, model_name, scene):
 def test_score_threshold_applies(engine, model_name, scene):
     scores = sorted(r["score"] for r in segment(engine, model_name, scene).values())
     assert len(segment(engine, model_name, scene, score_threshold=scores[-1])) == 1
+
+
+def test_client_prints_the_contours_and_draws_them(client_on_scene, scene):
+    drawn = client_on_scene()
+    lines = drawn.lines
+    assert lines[0] == "samples/scene.png (image-0): 3 results"
+    assert lines[1].split()[:4] == ["label", "score", "contours", "points"]
+    rows = {line.split()[0]: line for line in lines[2:5]}
+    assert set(rows) == {"red", "green", "blue"}
+    xmin, ymin, xmax, ymax = scene.red_box
+    assert rows["red"].endswith(f"{xmin}, {ymin}, {xmax - 1}, {ymax - 1}")
+    before, after = drawn.before, drawn.after
+    assert changed_near(before, after, (xmin + xmax) / 2, ymax - 1)  # the outline
+    centre = ((ymin + ymax) // 2, (xmin + xmax) // 2)
+    assert not np.array_equal(before[centre], after[centre])  # the tint
+    assert not changed_near(before, after, 5, scene.height - 5, radius=4)

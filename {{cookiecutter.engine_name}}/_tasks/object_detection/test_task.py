@@ -4,7 +4,7 @@ import json
 
 import requests
 
-from chariot_support.testing import as_image, chariot_request, image_input
+from chariot_support.testing import as_image, changed_near, chariot_request, image_input
 
 from {{ cookiecutter.__package_name }}.model import Model
 
@@ -55,3 +55,20 @@ def test_score_threshold_drops_weaker_results(engine, model_name, scene):
 
 def test_empty_image_has_no_detections(engine, model_name, scene):
     assert detect(engine, model_name, type(scene)(pixels=scene.pixels * 0)) == []
+
+
+def test_client_prints_the_boxes_and_draws_them(client_on_scene, scene):
+    drawn = client_on_scene()
+    lines = drawn.lines
+    assert lines[0] == "samples/scene.png (image-0): 3 results"
+    assert lines[1].split() == ["label", "score", "xmin", "ymin", "xmax", "ymax"]
+    rows = {line.split()[0]: line.split() for line in lines[2:5]}
+    assert set(rows) == {"red", "green", "blue"}
+    assert [float(v) for v in rows["red"][2:]] == list(scene.red_box)
+    before, after = drawn.before, drawn.after
+    xmin, ymin, xmax, ymax = scene.red_box
+    assert changed_near(before, after, (xmin + xmax) / 2, ymin) and changed_near(before, after, xmax, (ymin + ymax) / 2)
+    cx, cy = scene.green_centre
+    assert changed_near(before, after, cx, cy + scene.green_radius + 1)
+    assert not changed_near(before, after, (xmin + xmax) / 2, (ymin + ymax) / 2, radius=5)
+    assert not changed_near(before, after, 5, scene.height - 5, radius=4)

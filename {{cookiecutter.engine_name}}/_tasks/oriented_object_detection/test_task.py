@@ -6,7 +6,7 @@ import math
 import cv2
 import requests
 
-from chariot_support.testing import as_image, chariot_request, image_input, same_corners
+from chariot_support.testing import as_image, changed_near, chariot_request, image_input, same_corners
 
 from {{ cookiecutter.__package_name }}.model import Model
 
@@ -58,3 +58,22 @@ def test_values_are_normalised(engine, model_name, scene):
     xmin, ymin, xmax, ymax = scene.red_box
     assert abs(red["cx"] - (xmin + xmax - 1) / 2 / scene.width) < 0.005
     assert abs(red["cy"] - (ymin + ymax - 1) / 2 / scene.height) < 0.005
+
+
+def test_client_prints_the_rotated_boxes_and_draws_them(client_on_scene, scene):
+    drawn = client_on_scene()
+    lines = drawn.lines
+    assert lines[0] == "samples/scene.png (image-0): 3 results"
+    assert lines[1].split() == ["label", "score", "cx", "cy", "w", "h", "r", "(rad)"]
+    rows = {line.split()[0]: [float(v) for v in line.split()[1:]] for line in lines[2:5]}
+    assert set(rows) == {"red", "green", "blue"}
+    _, cx, cy, _, _, _ = rows["blue"]
+    assert abs(cx - scene.blue_centre[0] / scene.width) < 0.01 and abs(cy - scene.blue_centre[1] / scene.height) < 0.01
+    before, after = drawn.before, drawn.after
+    # The midpoints of the blue box's long sides, as drawn in the scene: the outline must pass there.
+    (bx, by), (_, height), degrees = scene.blue_centre, scene.blue_size, scene.blue_degrees
+    nx, ny = -math.sin(math.radians(degrees)), math.cos(math.radians(degrees))
+    for sign in (1, -1):
+        assert changed_near(before, after, bx + sign * nx * height / 2, by + sign * ny * height / 2)
+    assert not changed_near(before, after, bx, by, radius=5)
+    assert not changed_near(before, after, 5, scene.height - 5, radius=4)

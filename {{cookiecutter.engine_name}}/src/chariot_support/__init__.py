@@ -1,18 +1,24 @@
 """Everything that makes an engine speak Chariot's chariot-v2-kserve protocol; identical in every baked engine."""
 
-from .base import ChariotModel
-from .decoding import Image
-from .errors import BadRequest
-from .tasks import (
-    Classification,
-    Detection,
-    OrientedDetection,
-    PromptAnswer,
-    Segmentation,
-    TaskType,
-    contours_from_mask,
-)
+from __future__ import annotations
 
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+# Loaded on first use, so that the command-line client (chariot_support.client), which needs none of MLServer,
+# starts in a fraction of a second instead of importing the whole server first.
+_EXPORTS = {
+    "BadRequest": ".errors",
+    "ChariotModel": ".base",
+    "Classification": ".tasks",
+    "Detection": ".tasks",
+    "Image": ".decoding",
+    "OrientedDetection": ".tasks",
+    "PromptAnswer": ".tasks",
+    "Segmentation": ".tasks",
+    "TaskType": ".tasks",
+    "contours_from_mask": ".tasks",
+}
 __all__ = [
     "BadRequest",
     "ChariotModel",
@@ -25,3 +31,30 @@ __all__ = [
     "TaskType",
     "contours_from_mask",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(_EXPORTS[name], __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
+
+
+if TYPE_CHECKING:
+    from .base import ChariotModel
+    from .decoding import Image
+    from .errors import BadRequest
+    from .tasks import (
+        Classification,
+        Detection,
+        OrientedDetection,
+        PromptAnswer,
+        Segmentation,
+        TaskType,
+        contours_from_mask,
+    )

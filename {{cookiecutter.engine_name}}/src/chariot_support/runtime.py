@@ -21,6 +21,7 @@ from mlserver.types import InferenceRequest, InferenceResponse, Parameters, Resp
 from .base import ChariotModel
 from .decoding import Image, Limits, ParsedRequest, decode_image, parse_request
 from .errors import ChariotError, InvalidResult, ModelBusy, PredictFailed, PredictTimeout
+from .logs import note_request_id
 from .tasks import TaskType, select, to_dicts, validate_results
 
 logger = logging.getLogger("chariot_support")
@@ -167,6 +168,7 @@ class ChariotRuntime(MLModel):
         return True
 
     async def predict(self, payload: InferenceRequest) -> InferenceResponse:
+        note_request_id(payload.id)  # a request that fails here is still logged under its id
         return await self._within_timeout(payload.id, self._infer, payload)
 
     async def predict_images(

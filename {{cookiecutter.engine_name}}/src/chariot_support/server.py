@@ -35,6 +35,7 @@ from .base import ChariotModel
 from .errors import ChariotError, NotFound
 from .grpc_api import ChariotGRPCServer
 from .legacy import install_legacy_routes
+from .logs import GRPCRequestLog, configure_logging, install_request_log
 from .runtime import env_int
 
 logger = logging.getLogger("chariot_support")
@@ -338,6 +339,7 @@ def install_chariot_routes(app: FastAPI, data_plane: ChariotDataPlane, *, max_re
 
     app.add_middleware(JSONBodies)
     app.add_middleware(BodyLimit, max_bytes=max_request_bytes)
+    install_request_log(app, data_plane.model_name)
     app.add_exception_handler(RequestValidationError, on_validation_error)
     app.add_exception_handler(StarletteHTTPException, on_http_error)
     app.add_exception_handler(Exception, on_unhandled)
@@ -358,7 +360,9 @@ class ChariotServer(MLServer):
             ModelRepositoryHandlers(self._model_repository, self._model_registry), self._data_plane
         )
         super()._create_servers()
-        self._grpc_server = ChariotGRPCServer(self._settings, self._data_plane, self._model_repository_handlers)
+        self._grpc_server = ChariotGRPCServer(
+            self._settings, GRPCRequestLog(self._data_plane), self._model_repository_handlers
+        )
         install_chariot_routes(
             self._rest_server._app, self._data_plane, max_request_bytes=self._settings.grpc_max_message_length
         )
@@ -370,6 +374,7 @@ async def _serve(model_class: type[ChariotModel], default_model_id: str) -> None
     model_id = model_id_from_env(default_model_id)
     model = model_settings(model_class, model_id)
     server = ChariotServer(settings, model=model, pinned=bool(os.environ.get("CHARIOT_MODEL_ID")))
+    configure_logging()  # after MLServer's constructor has set up its logger, so that one is formatted too
     logger.info("serving %s as %s on REST :%s and gRPC :%s", model_class.task_type.value, model.name,
                 settings.http_port, settings.grpc_port)
     await server.start([model])

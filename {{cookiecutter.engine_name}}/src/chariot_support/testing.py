@@ -125,6 +125,13 @@ def same_corners(a: np.ndarray, b: np.ndarray, tolerance: float) -> bool:
     return all(np.linalg.norm(np.asarray(b) - corner, axis=1).min() <= tolerance for corner in np.asarray(a))
 
 
+def changed_near(before: np.ndarray, after: np.ndarray, x: float, y: float, radius: int = 2) -> bool:
+    """Whether any pixel within `radius` of (x, y) differs between two images of the same size."""
+    x, y = int(round(x)), int(round(y))
+    window = (slice(max(y - radius, 0), y + radius + 1), slice(max(x - radius, 0), x + radius + 1))
+    return bool((before[window] != after[window]).any())
+
+
 def engine_package(src: Path) -> str:
     """The engine's own package: the one in `src` beside chariot_support."""
     packages = [p.name for p in src.iterdir() if (p / "__main__.py").is_file() and p.name != "chariot_support"]
@@ -150,7 +157,17 @@ class RunningEngine:
         return f"127.0.0.1:{self.grpc_port}"
 
     def log(self) -> str:
+        """Everything the engine has written to stdout and stderr so far."""
         return self.log_path.read_text(errors="replace")
+
+    def wait_for_log(self, text: str, timeout: float = 10.0) -> str:
+        """The log once it holds `text`: a request's log line is written just after its reply is sent."""
+        deadline = time.monotonic() + timeout
+        while text not in (log := self.log()):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{text!r} did not reach the engine's log in {timeout:g} s; it ends:\n{log[-3000:]}")
+            time.sleep(0.05)
+        return log
 
     def alive(self) -> bool:
         return self.process.poll() is None

@@ -1,0 +1,147 @@
+"""The engine's logs: JSON lines on stdout, one per request over REST and gRPC, at the level CHARIOT_LOG_LEVEL
+sets."""
+
+import json
+import logging
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import grpc
+import numpy as np
+import pytest
+import requests
+from mlserver.grpc import dataplane_pb2 as pb
+from mlserver.grpc.dataplane_pb2_grpc import GRPCInferenceServiceStub
+
+from chariot_support.logs import JSONLines, log_level
+from chariot_support.testing import chariot_request, encode_image, image_input, run_engine
+
+HERE = Path(__file__).parent
+PIXELS = np.zeros((32, 48, 3), np.uint8)
+
+
+def json_lines(log: str) -> list[dict]:
+    return [json.loads(line) for line in log.splitlines() if line.startswith("{")]
+
+
+def request_line(log: str, request_id: str) -> dict:
+    (line,) = [e for e in json_lines(log) if e["logger"] == "chariot_support.requests" and e["request_id"] == request_id]
+    return line
+
+
+def infer(engine, body, **kwargs):
+    return requests.post(f"{engine.url}/v2/models/m-faulty/infer/", data=body, timeout=30, **kwargs)
+
+
+def grpc_infer(engine, request_id, data):
+    tensor = pb.ModelInferRequest.InferInputTensor(name="image-0", datatype="BYTES", shape=[1],
+                                                   contents=pb.InferTensorContents(bytes_contents=[data]))
+    with grpc.insecure_channel(engine.grpc_address) as channel:
+        stub = GRPCInferenceServiceStub(channel)
+        try:
+            stub.ModelInfer(pb.ModelInferRequest(model_name="m-faulty", id=request_id, inputs=[tensor]), timeout=30)
+        except grpc.RpcError as error:
+            return error.code()
+    return grpc.StatusCode.OK
+
+
+@pytest.fixture(scope="module")
+def engine():
+    with run_engine("faulty_engine", src=HERE) as running:
+        yield running
+
+
+def test_every_line_on_stdout_is_json_with_time_level_and_message(engine):
+    infer(engine, json.dumps(chariot_request(image_input("image-0", PIXELS))))
+    lines = json_lines(engine.wait_for_log("chariot_support.requests"))
+    assert any(line["logger"] == "chariot_support" and line["message"].startswith("serving") for line in lines)
+    assert any(line["logger"].startswith("mlserver") for line in lines)
+    for line in lines:
+        assert {"time", "level", "logger", "message"} <= line.keys()
+        assert line["time"].endswith("+00:00") and line["level"] in ("info", "warning", "error")
+
+
+def test_rest_requests_are_logged_with_id_model_status_and_latency(engine):
+    ids = {kind: f"{kind}-{uuid.uuid4().hex[:8]}" for kind in ("served", "refused", "failed", "malformed")}
+    good = chariot_request(image_input("image-0", PIXELS))
+    assert infer(engine, json.dumps({**good, "id": ids["served"]})).status_code == 200
+    refused = chariot_request(image_input("image-0", PIXELS, action="explode"))
+    assert infer(engine, json.dumps({**refused, "id": ids["refused"]})).status_code == 400
+    failed = chariot_request(image_input("image-0", PIXELS, fault="raise"))
+    assert infer(engine, json.dumps(failed), headers={"X-Request-ID": ids["failed"]}).status_code == 500
+    assert infer(engine, "{not json", headers={"X-Request-ID": ids["malformed"]}).status_code == 400
+    log = engine.wait_for_log(ids["malformed"])
+    expected = {"served": (200, "info"), "refused": (400, "info"), "failed": (500, "error"), "malformed": (400, "info")}
+    for kind, (status, level) in expected.items():
+        line = request_line(log, ids[kind])
+        assert (line["status"], line["level"]) == (status, level), kind
+        assert line["model"] == "m-faulty" and line["protocol"] == "rest" and line["method"] == "POST"
+        assert line["path"] == "/v2/models/m-faulty/infer/"
+        assert line["message"] == f"POST /v2/models/m-faulty/infer/ {status} {line['latency_ms']:.1f} ms"
+        assert 0 < line["latency_ms"] < 30_000
+
+
+def test_an_id_the_engine_made_up_is_the_one_in_the_reply(engine):
+    answer = infer(engine, json.dumps(chariot_request(image_input("image-0", PIXELS)))).json()
+    assert request_line(engine.wait_for_log(answer["id"]), answer["id"])["status"] == 200
+
+
+def test_health_probes_stay_out_of_the_log_at_info(engine):
+    marker = f"probe-{uuid.uuid4().hex[:8]}"
+    assert requests.get(f"{engine.url}/v2/health/ready", headers={"X-Request-ID": marker}, timeout=5).status_code == 200
+    requests.get(f"{engine.url}/no/such/{marker}", timeout=5)
+    log = engine.wait_for_log(f"/no/such/{marker}")  # logged after the probe, so the probe had its chance
+    assert not any(line.get("request_id") == marker for line in json_lines(log))
+
+
+def test_grpc_inferences_are_logged_too(engine):
+    served, refused = f"grpc-ok-{uuid.uuid4().hex[:8]}", f"grpc-bad-{uuid.uuid4().hex[:8]}"
+    assert grpc_infer(engine, served, encode_image(PIXELS).encode()) == grpc.StatusCode.OK
+    assert grpc_infer(engine, refused, b"aGVsbG8=") == grpc.StatusCode.INVALID_ARGUMENT
+    log = engine.wait_for_log(refused)
+    for request_id, status in ((served, 200), (refused, 400)):
+        line = request_line(log, request_id)
+        assert line["status"] == status and line["protocol"] == "grpc" and line["model"] == "m-faulty"
+        assert line["latency_ms"] > 0
+
+
+def test_warning_level_keeps_failures_and_drops_the_rest():
+    with run_engine("faulty_engine", src=HERE, env={"CHARIOT_LOG_LEVEL": "warning"}) as engine:
+        served, failed = f"ok-{uuid.uuid4().hex[:8]}", f"fail-{uuid.uuid4().hex[:8]}"
+        good = {**chariot_request(image_input("image-0", PIXELS)), "id": served}
+        assert infer(engine, json.dumps(good)).status_code == 200
+        body = {**chariot_request(image_input("image-0", PIXELS, fault="raise")), "id": failed}
+        assert infer(engine, json.dumps(body)).status_code == 500
+        log = engine.wait_for_log(f'"request_id": "{failed}"')
+    assert served not in log
+    assert not any(line["level"] == "info" for line in json_lines(log))
+
+
+def test_an_unknown_level_stops_the_engine_with_the_allowed_ones():
+    result = subprocess.run(
+        [sys.executable, "-m", "faulty_engine"], cwd=HERE, capture_output=True, text=True, timeout=60,
+        env={**os.environ, "CHARIOT_LOG_LEVEL": "loud", "MLSERVER_HTTP_PORT": "0"},
+    )
+    assert result.returncode != 0
+    assert "CHARIOT_LOG_LEVEL must be one of DEBUG, INFO, WARNING, ERROR, CRITICAL, got 'LOUD'" in result.stderr
+
+
+def test_a_record_with_an_exception_carries_its_traceback():
+    try:
+        raise RuntimeError("the GPU caught fire")
+    except RuntimeError:
+        record = logging.LogRecord("chariot_support", logging.ERROR, __file__, 1, "predict failed for %s", ("r-1",),
+                                   sys.exc_info())
+    record.fields = {"request_id": "r-1"}
+    entry = json.loads(JSONLines().format(record))
+    assert entry["message"] == "predict failed for r-1" and entry["request_id"] == "r-1" and entry["level"] == "error"
+    assert "RuntimeError: the GPU caught fire" in entry["traceback"]
+
+
+@pytest.mark.parametrize("value, level", [("", logging.INFO), ("debug", logging.DEBUG), (" Error ", logging.ERROR)])
+def test_log_level_reads_the_environment(monkeypatch, value, level):
+    monkeypatch.setenv("CHARIOT_LOG_LEVEL", value)
+    assert log_level() == level

@@ -1,0 +1,441 @@
+"""A command-line client for an engine: send images as chariot-v2-kserve requests, print what came back as a
+table, and draw it on the images. Each engine's `python -m <package>.client` runs `main` with its model id."""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import math
+import sys
+import urllib.error
+import urllib.request
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import cv2
+import numpy as np
+
+DEFAULT_URL = "http://localhost:8080"
+# Outline colours (BGR) that stand out against the demo's saturated red, green and blue shapes and each other.
+PALETTE = (
+    (0, 215, 255),  # amber
+    (255, 0, 255),  # magenta
+    (255, 255, 0),  # cyan
+    (0, 140, 255),  # orange
+    (255, 255, 255),  # white
+    (180, 105, 255),  # pink
+    (0, 255, 191),  # chartreuse
+    (255, 144, 30),  # sky
+)
+FONT = cv2.FONT_HERSHEY_SIMPLEX
+
+
+class ClientError(Exception):
+    """A request that failed: the message is what the user needs to read."""
+
+
+@dataclass(frozen=True)
+class Answer:
+    """One image's results, as the engine returned them."""
+
+    path: Path
+    name: str
+    results: list[dict]
+    metadata: str | None = None
+
+
+# --- the request ------------------------------------------------------------------------------------------------
+
+def image_input(name: str, encoded: bytes, parameters: dict[str, Any]) -> dict:
+    """One image as Chariot sends it: a BYTES tensor of shape [1] holding standard base64 of the file."""
+    tensor: dict[str, Any] = {
+        "name": name,
+        "shape": [1],
+        "datatype": "BYTES",
+        "data": [base64.b64encode(encoded).decode("ascii")],
+    }
+    if parameters:
+        tensor["parameters"] = dict(parameters)
+    return tensor
+
+
+def build_request(
+    images: Sequence[tuple[str, bytes]],
+    *,
+    action: str | None = None,
+    prompts: Sequence[str] = (),
+    score_threshold: float | None = None,
+    metadata: str | None = None,
+) -> dict:
+    """A chariot-v2-kserve request body with one input per `(name, encoded file)`; metadata goes on the request."""
+    parameters: dict[str, Any] = {}
+    if action is not None:
+        parameters["action"] = action
+    if prompts:
+        parameters["prompts"] = list(prompts)
+    if score_threshold is not None:
+        parameters["score_threshold"] = score_threshold
+    body: dict[str, Any] = {"inputs": [image_input(name, encoded, parameters) for name, encoded in images]}
+    if metadata is not None:
+        body["parameters"] = {"metadata": metadata}
+    return body
+
+
+def infer_url(url: str, model_id: str) -> str:
+    """Where Chariot sends inference for a model: `<url>/v2/models/m-<id>/infer/`, trailing slash included."""
+    return f"{url.rstrip('/')}/v2/models/m-{model_id}/infer/"
+
+
+def post(url: str, body: dict, *, timeout: float = 60.0, headers: Sequence[tuple[str, str]] = ()) -> dict:
+    """POST `body` as JSON and return the decoded reply; raise ClientError with the engine's `{"error"}` message."""
+    request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST")
+    request.add_header("Content-Type", "application/json")
+    for key, value in headers:
+        request.add_header(key, value)
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            raw = response.read()
+    except urllib.error.HTTPError as error:
+        raise ClientError(f"HTTP {error.code} from {url}: {_error_message(error.read())}") from None
+    except urllib.error.URLError as error:
+        raise ClientError(f"cannot reach {url}: {error.reason}; is the engine running and listening there?") from None
+    except TimeoutError:
+        raise ClientError(f"no answer from {url} within {timeout:g} s; raise --timeout for slow models") from None
+    try:
+        answer = json.loads(raw)
+    except ValueError:
+        raise ClientError(f"{url} answered with something that is not JSON: {raw[:200]!r}") from None
+    if not isinstance(answer, dict) or not isinstance(answer.get("outputs"), list):
+        raise ClientError(f"{url} answered without an 'outputs' list: {raw[:200]!r}")
+    return answer
+
+
+def _error_message(raw: bytes) -> str:
+    try:
+        decoded = json.loads(raw)
+    except ValueError:
+        return raw.decode(errors="replace").strip()[:500] or "(empty body)"
+    if isinstance(decoded, dict) and "error" in decoded:
+        return str(decoded["error"])
+    return json.dumps(decoded)[:500]
+
+
+def answers_for(paths: Sequence[Path], names: Sequence[str], reply: dict) -> list[Answer]:
+    """Match the reply's outputs to the images sent, by input name."""
+    outputs = {o.get("name"): o for o in reply["outputs"] if isinstance(o, dict)}
+    metadata = (reply.get("parameters") or {}).get("metadata")
+    answers = []
+    for path, name in zip(paths, names, strict=True):
+        output = outputs.get(name)
+        if output is None:
+            raise ClientError(f"the reply has no output named {name!r} for {path}")
+        data = output.get("data")
+        results = data[0] if isinstance(data, list) and data else []
+        if isinstance(results, (str, bytes)):  # a result list JSON-encoded inside BYTES, as gRPC carries it
+            results = json.loads(results)
+        answers.append(Answer(path=path, name=name, results=list(results), metadata=metadata))
+    return answers
+
+
+# --- the table --------------------------------------------------------------------------------------------------
+
+# Columns per result format, told apart by their keys; each column is (heading, key, format).
+_LAYOUTS: tuple[tuple[frozenset[str], tuple[tuple[str, str, str], ...]], ...] = (
+    (frozenset({"prompt", "answer"}), (("prompt", "prompt", "s"), ("answer", "answer", "s"))),
+    (frozenset({"contour"}), (("label", "label", "s"), ("score", "score", ".3f"), ("contours", "contours", "d"),
+                              ("points", "points", "d"), ("box (x0, y0, x1, y1)", "extent", "s"))),
+    (frozenset({"cx", "cy", "w", "h", "r"}), (("label", "label", "s"), ("score", "score", ".3f"), ("cx", "cx", ".3f"),
+                                              ("cy", "cy", ".3f"), ("w", "w", ".3f"), ("h", "h", ".3f"),
+                                              ("r (rad)", "r", ".3f"))),
+    (frozenset({"xmin", "ymin", "xmax", "ymax"}), (("label", "label", "s"), ("score", "score", ".3f"),
+                                                   ("xmin", "xmin", ".1f"), ("ymin", "ymin", ".1f"),
+                                                   ("xmax", "xmax", ".1f"), ("ymax", "ymax", ".1f"))),
+    (frozenset({"label", "score"}), (("label", "label", "s"), ("score", "score", ".3f"))),
+)
+
+
+def _row_values(result: dict) -> dict:
+    if "contour" not in result:
+        return result
+    points = [p for contour in result["contour"] for p in contour]
+    xs, ys = [p["x"] for p in points], [p["y"] for p in points]
+    extent = f"{min(xs):g}, {min(ys):g}, {max(xs):g}, {max(ys):g}" if points else "-"
+    return {**result, "contours": len(result["contour"]), "points": len(points), "extent": extent}
+
+
+def _cell(value: Any, spec: str) -> str:
+    if value is None:
+        return "-"
+    if spec != "s" and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return format(value, spec)
+    return str(value)
+
+
+def format_table(results: Sequence[dict]) -> str:
+    """The results as an aligned text table with a heading row; numbers right-aligned. Empty for no results."""
+    if not results:
+        return ""
+    keys = set().union(*(r.keys() for r in results))
+    columns = next((c for needed, c in _LAYOUTS if needed <= keys), None)
+    if columns is None:  # a format this client does not know: show every key as it came
+        ordered = list(dict.fromkeys(k for r in results for k in r))
+        columns = tuple((k, k, "s") for k in ordered)
+    rows = [[_cell(_row_values(r).get(key), spec) for _, key, spec in columns] for r in results]
+    headings = [heading for heading, _, _ in columns]
+    numeric = [spec not in ("s",) for _, _, spec in columns]
+    widths = [max(len(cell) for cell in column) for column in zip(headings, *rows, strict=True)]
+
+    def line(cells: Sequence[str]) -> str:
+        parts = [c.rjust(w) if right else c.ljust(w) for c, w, right in zip(cells, widths, numeric, strict=True)]
+        return "  ".join(parts).rstrip()
+
+    return "\n".join([line(headings), *(line(row) for row in rows)])
+
+
+def describe(answer: Answer) -> str:
+    count = len(answer.results)
+    heading = f"{answer.path} ({answer.name}): {count or 'no'} result{'' if count == 1 else 's'}"
+    table = format_table(answer.results)
+    return f"{heading}\n{table}" if table else heading
+
+
+# --- drawing ----------------------------------------------------------------------------------------------------
+
+def colour_of(label: str) -> tuple[int, int, int]:
+    """A colour per label, the same on every run and every image."""
+    return PALETTE[zlib.crc32(label.encode()) % len(PALETTE)]
+
+
+def _sizes(image: np.ndarray) -> tuple[int, float]:
+    side = min(image.shape[:2])
+    return max(2, round(side / 240)), max(0.4, side / 600)
+
+
+def _caption(image: np.ndarray, text: str, anchor: tuple[int, int], colour: tuple[int, int, int], scale: float) -> None:
+    """`text` on a filled label in `colour`, sitting on top of `anchor`, moved inside the image if need be."""
+    (width, height), baseline = cv2.getTextSize(text, FONT, scale, 1)
+    x = int(min(max(anchor[0], 0), max(image.shape[1] - width - 4, 0)))
+    y = int(anchor[1])
+    if y - height - baseline - 4 < 0:
+        y = height + baseline + 4
+    cv2.rectangle(image, (x, y - height - baseline - 4), (x + width + 4, y), colour, cv2.FILLED)
+    cv2.putText(image, text, (x + 2, y - baseline - 2), FONT, scale, (0, 0, 0), 1, cv2.LINE_AA)
+
+
+def _wrap(text: str, scale: float, width: int) -> list[str]:
+    lines, current = [], ""
+    for word in text.split():
+        candidate = f"{current} {word}".strip()
+        if current and cv2.getTextSize(candidate, FONT, scale, 1)[0][0] > width:
+            lines.append(current)
+            current = word
+        else:
+            current = candidate
+    return [*lines, current] if current else lines
+
+
+def _text_panel(image: np.ndarray, lines: Sequence[tuple[str, tuple[int, int, int]]], scale: float) -> None:
+    """Lines of text in a dark band across the top of the image, for results that have no place in it."""
+    height = cv2.getTextSize("Ag", FONT, scale, 1)[0][1]
+    step = int(height * 1.8) + 2
+    band = min(image.shape[0], step * len(lines) + 6)
+    image[:band] = (image[:band] * 0.35).astype(image.dtype)
+    for index, (text, colour) in enumerate(lines):
+        y = 4 + step * index + height + 2
+        if y > image.shape[0]:
+            break
+        cv2.putText(image, text, (6, y), FONT, scale, colour, 1, cv2.LINE_AA)
+
+
+def draw(image: np.ndarray, results: Sequence[dict]) -> np.ndarray:
+    """A copy of `image` (BGR) with `results` drawn on it: boxes, rotated boxes and contours with their label and
+    score; labels or prompt answers as text across the top."""
+    canvas = image.copy()
+    thickness, scale = _sizes(canvas)
+    height, width = canvas.shape[:2]
+    text_lines: list[tuple[str, tuple[int, int, int]]] = []
+    for result in results:
+        label = str(result.get("label", ""))
+        colour = colour_of(label)
+        caption = f"{label} {result['score']:.2f}" if "score" in result else label
+        if {"xmin", "ymin", "xmax", "ymax"} <= result.keys():
+            top_left = (round(result["xmin"]), round(result["ymin"]))
+            cv2.rectangle(canvas, top_left, (round(result["xmax"]), round(result["ymax"])), colour, thickness)
+            _caption(canvas, caption, top_left, colour, scale)
+        elif {"cx", "cy", "w", "h", "r"} <= result.keys():
+            # Normalised to the image; OpenCV's angle is clockwise on screen in degrees, as Chariot's r is in radians.
+            rect = ((result["cx"] * width, result["cy"] * height), (result["w"] * width, result["h"] * height),
+                    math.degrees(result["r"]))
+            corners = np.round(cv2.boxPoints(rect)).astype(np.int32)
+            cv2.polylines(canvas, [corners], True, colour, thickness, cv2.LINE_AA)
+            top = corners[np.argmin(corners[:, 1])]
+            _caption(canvas, caption, (int(top[0]), int(top[1])), colour, scale)
+        elif "contour" in result:
+            polygons = [np.array([[round(p["x"]), round(p["y"])] for p in c], np.int32) for c in result["contour"] if c]
+            overlay = canvas.copy()
+            cv2.fillPoly(overlay, polygons, colour)
+            cv2.addWeighted(overlay, 0.35, canvas, 0.65, 0, dst=canvas)
+            cv2.polylines(canvas, polygons, True, colour, thickness, cv2.LINE_AA)
+            points = np.concatenate(polygons)
+            top = points[np.argmin(points[:, 1])]
+            _caption(canvas, caption, (int(top[0]), int(top[1])), colour, scale)
+        elif "answer" in result:
+            for text in _wrap(f"Q: {result.get('prompt', '')}", scale, width - 12):
+                text_lines.append((text, (200, 200, 200)))
+            for text in _wrap(f"A: {result['answer']}", scale, width - 12):
+                text_lines.append((text, (255, 255, 255)))
+        elif label:
+            text_lines.append((caption, colour))
+    if text_lines:
+        _text_panel(canvas, text_lines, scale)
+    return canvas
+
+
+def read_image(path: Path) -> np.ndarray:
+    """The file's pixels in BGR, turned upright per its EXIF orientation as the engine turns them."""
+    pixels = cv2.imdecode(np.frombuffer(path.read_bytes(), np.uint8), cv2.IMREAD_COLOR)
+    if pixels is None:
+        raise ClientError(f"{path} is not an image OpenCV can read, so there is nothing to draw on")
+    return pixels
+
+
+def write_image(path: Path, pixels: np.ndarray) -> None:
+    ok, encoded = cv2.imencode(path.suffix or ".png", pixels)
+    if not ok:
+        raise ClientError(f"cannot write {path}: use a .png or .jpg name")
+    path.write_bytes(encoded.tobytes())
+
+
+def drawing_paths(images: Sequence[Path], out: Path) -> list[Path]:
+    """Where each drawing goes: `out` itself for one image, `out/<name>.png` (made unique) for several."""
+    if len(images) == 1 and not out.is_dir():
+        return [out]
+    names: list[Path] = []
+    taken: set[str] = set()
+    for image in images:
+        stem, number = image.stem, 1
+        while f"{stem}.png" in taken:
+            number += 1
+            stem = f"{image.stem}-{number}"
+        taken.add(f"{stem}.png")
+        names.append(out / f"{stem}.png")
+    return names
+
+
+# --- the command ------------------------------------------------------------------------------------------------
+
+def parser(default_model_id: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        description="Send images to a Chariot engine (chariot-v2-kserve) and show what it found.",
+        epilog="Exit status: 0 when every image got an answer, 1 when a request failed, 2 for a usage mistake.",
+    )
+    p.add_argument("images", nargs="+", type=Path, metavar="IMAGE", help="image files (JPEG, PNG, ...)")
+    p.add_argument("--url", default=DEFAULT_URL, help=f"the engine's base URL (default {DEFAULT_URL})")
+    p.add_argument("--model-id", default=default_model_id,
+                   help=f"the model id in /v2/models/m-<id>/infer/ (default {default_model_id})")
+    p.add_argument("--action", help="the action parameter: predict, predict_proba, detect (default: the engine's)")
+    p.add_argument("--prompt", action="append", default=[], dest="prompts",
+                   help="a prompt for Image Text to Text; repeat for several")
+    p.add_argument("--score-threshold", type=float, help="drop results scoring under this (0..1)")
+    p.add_argument("--metadata", help="Chariot metadata as a JSON object, copied through to the reply")
+    p.add_argument("--draw", type=Path, metavar="OUT",
+                   help="draw the results: OUT is a .png/.jpg file for one image, a folder for several")
+    p.add_argument("--batch", type=int, default=1, help="images per request (default 1)")
+    p.add_argument("--header", action="append", default=[], metavar="'NAME: VALUE'",
+                   help="an extra HTTP header, e.g. 'Authorization: Bearer <token>' for a deployed model")
+    p.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for each reply (default 60)")
+    p.add_argument("--json", action="store_true", help="print each raw reply as JSON instead of tables")
+    return p
+
+
+def _check_metadata(text: str | None) -> str | None:
+    if text is None:
+        return None
+    try:
+        decoded = json.loads(text)
+    except ValueError as exc:
+        raise ValueError(f"--metadata is not valid JSON ({exc}); pass an object such as "
+                         '\'{"standard_metadata": {}, "extended_metadata": []}\'') from None
+    if not isinstance(decoded, dict):
+        raise ValueError(f"--metadata must be a JSON object, got {type(decoded).__name__}")
+    return text  # Chariot sends metadata as this JSON-encoded string, and the engine hands it back unchanged
+
+
+def _headers(raw: Sequence[str]) -> list[tuple[str, str]]:
+    headers = []
+    for item in raw:
+        name, sep, value = item.partition(":")
+        if not sep or not name.strip():
+            raise ValueError(f"--header {item!r} must look like 'Name: value'")
+        headers.append((name.strip(), value.strip()))
+    return headers
+
+
+class _Progress:
+    """A counter on stderr for runs of several images: rewritten in place on a terminal, one line each otherwise."""
+
+    def __init__(self, total: int):
+        self.total = total
+        self.done = 0
+        self.live = sys.stderr.isatty()
+
+    def advance(self, count: int, last: Path) -> None:
+        self.done += count
+        if self.total < 2:
+            return
+        start = "\r" if self.live else ""
+        end = "" if self.live and self.done < self.total else "\n"
+        print(f"{start}[{self.done}/{self.total}] {last}", end=end, file=sys.stderr, flush=True)
+
+
+def main(argv: Sequence[str] | None = None, *, default_model_id: str = "demo") -> int:
+    args = parser(default_model_id).parse_args(argv)
+    try:
+        metadata = _check_metadata(args.metadata)
+        headers = _headers(args.header)
+        if args.batch < 1:
+            raise ValueError("--batch must be at least 1")
+        if args.score_threshold is not None and not 0.0 <= args.score_threshold <= 1.0:
+            raise ValueError("--score-threshold must be between 0 and 1")
+        missing = [str(p) for p in args.images if not p.is_file()]
+        if missing:
+            raise ValueError(f"no such file: {', '.join(missing)}")
+        drawings = drawing_paths(args.images, args.draw) if args.draw else None
+        if args.draw and len(args.images) > 1:
+            args.draw.mkdir(parents=True, exist_ok=True)
+    except (ValueError, OSError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    url = infer_url(args.url, args.model_id)
+    progress = _Progress(len(args.images))
+    try:
+        for start in range(0, len(args.images), args.batch):
+            paths = args.images[start : start + args.batch]
+            names = [f"image-{start + i}" for i in range(len(paths))]
+            body = build_request(list(zip(names, (p.read_bytes() for p in paths), strict=True)), action=args.action,
+                                 prompts=args.prompts, score_threshold=args.score_threshold, metadata=metadata)
+            reply = post(url, body, timeout=args.timeout, headers=headers)
+            answers = answers_for(paths, names, reply)
+            if args.json:
+                print(json.dumps(reply))
+            else:
+                for answer in answers:
+                    print(describe(answer), end="\n\n" if len(args.images) > 1 else "\n")
+                if answers[0].metadata is not None:
+                    print(f"metadata: {answers[0].metadata}")
+            if drawings is not None:
+                for offset, answer in enumerate(answers):
+                    write_image(drawings[start + offset], draw(read_image(answer.path), answer.results))
+            progress.advance(len(paths), paths[-1])
+            sys.stdout.flush()
+    except (ClientError, OSError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    if drawings is not None:
+        where = drawings[0] if len(drawings) == 1 else args.draw
+        print(f"drawn: {where}", file=sys.stderr)
+    return 0

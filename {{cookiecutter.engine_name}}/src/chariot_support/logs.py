@@ -1,0 +1,173 @@
+"""The engine's logs as JSON lines on stdout: one line per request (request id, model, status, latency) beside the
+engine's and MLServer's own messages, at the level CHARIOT_LOG_LEVEL names (default INFO)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import sys
+import time
+from contextvars import ContextVar
+from datetime import UTC, datetime
+from typing import Any
+
+from mlserver.context import model_name_var
+from mlserver.errors import MLServerError
+from mlserver.types import InferenceRequest, InferenceResponse
+
+LEVEL_VARIABLE = "CHARIOT_LOG_LEVEL"
+LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+HANDLER_NAME = "chariot_json_lines"
+requests_logger = logging.getLogger("chariot_support.requests")
+
+# What the request being served has learnt about itself, for its log line; a dict so that code running in a copy
+# of the context (a task group, a middleware's task) still writes to the same place.
+_current: ContextVar[dict | None] = ContextVar("chariot_request", default=None)
+_MODEL_PATH = re.compile(r"^/v2/models/([^/]+)")
+_QUIET_PATHS = re.compile(r"^/(v2/health/(live|ready)|ready|v2/models/[^/]+/ready|v2/models/[^/]+|v2)/?$")
+
+
+class JSONLines(logging.Formatter):
+    """One JSON object per record: time (UTC), level, logger, message, the record's `fields`, and any traceback."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        model = model_name_var.get("")
+        if model:
+            entry["model"] = model
+        entry.update(getattr(record, "fields", {}))
+        if record.exc_info:
+            entry["traceback"] = self.formatException(record.exc_info)
+        return json.dumps(entry, default=str)
+
+
+def log_level() -> int:
+    value = os.environ.get(LEVEL_VARIABLE, "").strip().upper() or "INFO"
+    if value not in LEVELS:
+        raise ValueError(f"environment variable {LEVEL_VARIABLE} must be one of {', '.join(LEVELS)}, got {value!r}")
+    return logging.getLevelName(value)
+
+
+def configure_logging() -> None:
+    """Send the engine's records to stdout as JSON lines at CHARIOT_LOG_LEVEL, and format MLServer's the same way.
+
+    Call it after MLServer has set up its own logger (MLServer's constructor does), so that its handler exists.
+    """
+    level = log_level()
+    formatter = JSONLines()
+    engine = logging.getLogger("chariot_support")
+    handler = next((h for h in engine.handlers if h.get_name() == HANDLER_NAME), None)
+    if handler is None:
+        handler = logging.StreamHandler(sys.stdout)
+        handler.set_name(HANDLER_NAME)
+        engine.addHandler(handler)
+    handler.setFormatter(formatter)
+    engine.setLevel(level)
+    engine.propagate = False  # the root logger's last-resort handler would print them a second time
+    mlserver = logging.getLogger("mlserver")
+    for existing in mlserver.handlers:
+        existing.setFormatter(formatter)
+    if mlserver.level != logging.DEBUG:  # MLSERVER_DEBUG asked for MLServer's debug output: keep it
+        mlserver.setLevel(level)
+
+
+def log_request(
+    *, protocol: str, method: str, path: str, status: int, started: float, request_id: str | None, model: str | None
+) -> None:
+    latency_ms = round((time.perf_counter() - started) * 1000, 2)
+    if status >= 500:
+        level = logging.ERROR
+    elif method == "GET" and status < 400 and _QUIET_PATHS.match(path):
+        level = logging.DEBUG  # health probes and metadata arrive every few seconds; they would drown the rest
+    else:
+        level = logging.INFO
+    if not requests_logger.isEnabledFor(level):
+        return
+    fields = {"request_id": request_id, "model": model, "protocol": protocol, "method": method, "path": path,
+              "status": status, "latency_ms": latency_ms}
+    requests_logger.log(level, "%s %s %s %.1f ms", method, path, status, latency_ms, extra={"fields": fields})
+
+
+def note_request_id(request_id: str | None) -> None:
+    """Tell the current request's log line its id, once the engine knows it (from the body, a header, or new)."""
+    entry = _current.get()
+    if entry is not None and request_id:
+        entry.setdefault("request_id", request_id)
+
+
+class RequestLog:
+    """ASGI middleware: one log line per REST request, written when the reply has been sent."""
+
+    def __init__(self, app, model_name: str):
+        self.app = app
+        self.model_name = model_name
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        entry: dict[str, Any] = {"status": 500}  # what the client sees if the app fails before replying
+        token = _current.set(entry)
+
+        async def record(message):
+            if message["type"] == "http.response.start":
+                entry["status"] = message["status"]
+                for key, value in message.get("headers", ()):
+                    if key.lower() == b"ce-id":  # MLServer puts the request id of a served inference here
+                        entry["request_id"] = value.decode("latin-1")
+            await send(message)
+
+        try:
+            await self.app(scope, receive, record)
+        finally:
+            _current.reset(token)
+            path = scope.get("path", "")
+            found = _MODEL_PATH.match(path)
+            request_id = entry.get("request_id") or _header(scope, b"x-request-id")
+            model = found.group(1) if found else (self.model_name if path.rstrip("/") == "/infer" else None)
+            log_request(protocol="rest", method=scope.get("method", ""), path=path, status=entry["status"],
+                        started=started, request_id=request_id, model=model)
+
+
+def _header(scope, name: bytes) -> str | None:
+    for key, value in scope.get("headers", ()):
+        if key.lower() == name:
+            return value.decode("latin-1")
+    return None
+
+
+class GRPCRequestLog:
+    """The gRPC data plane, writing one log line per inference (gRPC carries no path; status is the HTTP status the
+    same outcome gets over REST)."""
+
+    def __init__(self, data_plane):
+        self._data_plane = data_plane
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._data_plane, name)
+
+    async def infer(self, payload: InferenceRequest, name: str, version: str | None = None) -> InferenceResponse:
+        started, status = time.perf_counter(), 500
+        try:
+            response = await self._data_plane.infer(payload, name, version)
+            status = 200
+            return response
+        except MLServerError as error:
+            status = error.status_code
+            raise
+        finally:
+            log_request(protocol="grpc", method="ModelInfer", path=f"/v2/models/{name}/infer", status=status,
+                        started=started, request_id=payload.id, model=name)
+
+
+def install_request_log(app, model_name: str) -> None:
+    """Log every REST request of `app`; `model_name` is the model that answers at the root `/infer`."""
+    app.add_middleware(RequestLog, model_name=model_name)

@@ -1,0 +1,18 @@
+"""Send images to this engine and see what it found: `python -m {{ cookiecutter.__package_name }}.client IMAGE...`
+(`--help` lists the options; `--draw out.png` draws the results on the image)."""
+
+import sys
+from collections.abc import Sequence
+
+from chariot_support import client
+
+# The id the engine answers to when run locally, as in __main__.py; --model-id picks another.
+DEFAULT_MODEL_ID = "{{ cookiecutter.model_id }}"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return client.main(argv, default_model_id=DEFAULT_MODEL_ID)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

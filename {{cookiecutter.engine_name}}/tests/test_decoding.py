@@ -107,6 +107,40 @@ def test_grey_and_alpha_pngs_give_three_channels(mode, colour, expected):
     assert tuple(pixels[5, 5]) == expected
 
 
+@pytest.mark.parametrize("mode, colour, expected", [("L", 128, (128, 128, 128)), ("CMYK", (0, 255, 255, 0), RED)])
+def test_grey_and_cmyk_jpegs_give_rgb(mode, colour, expected):
+    buffer = io.BytesIO()
+    PIL.Image.new(mode, (30, 20), colour).save(buffer, "JPEG", quality=95)
+    pixels = decoded(b64(buffer.getvalue()))
+    assert pixels.shape == (20, 30, 3)
+    assert np.abs(pixels[5, 5].astype(int) - expected).max() <= 12
+
+
+def test_sixteen_bit_png_is_scaled_to_eight_bits():
+    buffer = io.BytesIO()
+    PIL.Image.new("I;16", (30, 20), 0xFFFF).save(buffer, "PNG")
+    pixels = decoded(b64(buffer.getvalue()))
+    assert pixels.shape == (20, 30, 3) and pixels.dtype == np.uint8
+    assert tuple(pixels[5, 5]) == (255, 255, 255)
+
+
+@pytest.mark.parametrize("orientation, shape, red_at", [
+    (3, (20, 40, 3), (10, -2)),  # turned half a turn: the left edge lands on the right
+    (8, (40, 20, 3), (-2, 10)),  # turned a quarter anticlockwise: the left edge lands on the bottom
+])
+def test_other_exif_orientations_are_honoured(orientation, shape, red_at):
+    stored = np.zeros((20, 40, 3), np.uint8)
+    stored[:, :8] = RED
+    source = PIL.Image.fromarray(stored)
+    exif = source.getexif()
+    exif[0x0112] = orientation
+    buffer = io.BytesIO()
+    source.save(buffer, "JPEG", exif=exif, quality=95)
+    pixels = decoded(b64(buffer.getvalue()))
+    assert pixels.shape == shape
+    assert pixels[red_at][0] > 200 and pixels[red_at][2] < 50
+
+
 def test_exif_orientation_is_honoured():
     stored = np.zeros((20, 40, 3), np.uint8)
     stored[:, :8] = RED  # left edge as stored; orientation 6 turns it clockwise onto the top

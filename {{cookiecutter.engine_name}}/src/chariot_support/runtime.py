@@ -10,6 +10,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
 from pathlib import Path
+from typing import Callable, Sequence, TypeVar
 
 from mlserver import MLModel
 from mlserver.types import InferenceRequest, InferenceResponse, Parameters, ResponseOutput
@@ -20,6 +21,8 @@ from .errors import ChariotError, PredictFailed
 from .tasks import TaskType, select, to_dicts, validate_results
 
 logger = logging.getLogger("chariot_support")
+T = TypeVar("T")
+R = TypeVar("R")
 
 
 def import_model_class(path: str) -> type[ChariotModel]:
@@ -71,18 +74,38 @@ class ChariotRuntime(MLModel):
     async def predict(self, payload: InferenceRequest) -> InferenceResponse:
         return await asyncio.get_running_loop().run_in_executor(self._executor, self._infer, payload)
 
+    def _map(self, work: Callable[[T], R], items: Sequence[T]) -> list[R]:
+        """`work` of each item in order, spread over the runtime's threads.
+
+        The calling thread is one of those threads, so it never just waits: it runs the first item, then every
+        item no other thread has started yet. When every thread is busy with a request, it does all the work
+        itself instead of deadlocking the pool.
+        """
+        if len(items) < 2:
+            return [work(item) for item in items]
+        futures = [self._executor.submit(work, item) for item in items[1:]]
+        try:
+            results = [work(items[0])]
+            for item, future in zip(items[1:], futures):
+                results.append(work(item) if future.cancel() else future.result())
+            return results
+        finally:
+            for future in futures:
+                future.cancel()
+
     def _infer(self, payload: InferenceRequest) -> InferenceResponse:
         request = parse_request(payload, self._task, self._limits)
+        pixels = self._map(lambda i: decode_image(i.encoded, f"input '{i.name}'", self._limits), request.images)
         images = [
             Image(
                 name=i.name,
-                pixels=decode_image(i.encoded, f"input '{i.name}'", self._limits),
+                pixels=p,
                 action=i.action,
                 score_threshold=i.score_threshold,
                 prompts=i.prompts,
                 parameters=i.parameters,
             )
-            for i in request.images
+            for i, p in zip(request.images, pixels)
         ]
         try:
             with self._predict_guard:

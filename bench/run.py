@@ -15,7 +15,6 @@ import platform
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.error
 import urllib.request

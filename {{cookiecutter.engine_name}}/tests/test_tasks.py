@@ -120,7 +120,7 @@ def test_from_mask_contours_enclose_the_drawn_shapes():
     cv2.rectangle(mask, (10, 20), (49, 49), 1, -1)
     cv2.circle(mask, (140, 60), 25, 1, -1)
     segment = Segmentation.from_mask("shapes", 0.7, mask)
-    areas = sorted(cv2.contourArea(np.array([(p.x, p.y) for p in c], np.float32)) for c in segment.contour)
+    areas = sorted(cv2.contourArea(np.array([(p["x"], p["y"]) for p in c], np.float32)) for c in segment.contour)
     assert areas[0] == pytest.approx(39 * 29)
     assert areas[1] == pytest.approx(math.pi * 25**2, rel=0.05)
 

@@ -9,7 +9,17 @@ from typing import Annotated, Any, Sequence
 
 import cv2
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    field_validator,
+    model_validator,
+    with_config,
+)
+from typing_extensions import TypedDict  # pydantic needs this one, not typing's, before Python 3.12
 
 from .errors import InvalidResult
 
@@ -111,7 +121,11 @@ class OrientedDetection(_Result):
         )
 
 
-class Point(_Result):
+@with_config(ConfigDict(extra="forbid"))
+class Point(TypedDict):
+    """One contour point in pixels. A plain dict, as contours run to thousands of points per image and a dict
+    is checked and serialised several times faster than a model."""
+
     x: Finite
     y: Finite
 

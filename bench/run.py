@@ -44,6 +44,8 @@ class Scenario:
 
 
 SCENARIOS = (
+    # A 32x24 image costs next to nothing to decode and predict: what is left is each server's own overhead.
+    Scenario("tiny REST", "detection", "rest", ("tiny",), 2000),
     Scenario("detect REST", "detection", "rest", ("vga",), 800),
     Scenario("detect gRPC", "detection", "grpc", ("vga",), 800),
     Scenario("detect REST 8 images", "detection", "rest", ("vga",) * 8, 120, single=False),
@@ -69,7 +71,7 @@ def free_port() -> int:
 
 
 class Server:
-    def __init__(self, kind: str, task: str, engine_src: Path, log_dir: Path):
+    def __init__(self, kind: str, task: str, engine_src: Path, log_dir: Path, profile: Path | None = None):
         self.kind, self.task = kind, task
         self.http, self.grpc, metrics = free_port(), free_port(), free_port()
         env = {**os.environ, "MLSERVER_HOST": "127.0.0.1", "MLSERVER_HTTP_PORT": str(self.http),
@@ -77,6 +79,8 @@ class Server:
         if kind == "engine":
             env["PYTHONPATH"] = str(engine_src / task)
             command = [sys.executable, "-m", "chariot_engine"]
+            if profile:
+                command = [sys.executable, str(BENCH / "profiled.py"), str(profile), "chariot_engine"]
         else:
             env["PYTHONPATH"] = os.pathsep.join([str(BENCH / "baseline"), str(engine_src / task)])
             command = [str(Path(sys.executable).parent / "mlserver"), "start", str(BENCH / "baseline" / task)]
@@ -206,7 +210,7 @@ def bake(out: Path) -> Path:
 def machine() -> str:
     model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
                   if line.startswith("model name")), platform.processor())
-    return f"{os.cpu_count()} CPUs ({model}), Python {platform.python_version()}, {platform.system()} {platform.release()}"
+    return f"{os.cpu_count()} CPUs ({model}), Python {platform.python_version()}, Linux {platform.release()}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -214,6 +218,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="one round of short runs (about a minute)")
     parser.add_argument("--rounds", type=int, help="rounds of every scenario on both servers (default 3)")
     parser.add_argument("--only", action="append", help="run only scenarios whose name contains this (repeatable)")
+    parser.add_argument("--profile", action="store_true",
+                        help="profile the engine's CPU under the load (yappi, all threads) and print where it goes; "
+                             "the numbers of such a run are not kept")
     parser.add_argument("--results", type=Path, default=BENCH / "results", help="where the CSV and chart go")
     args = parser.parse_args(argv)
     rounds = args.rounds or (1 if args.quick else 3)
@@ -225,45 +232,62 @@ def main(argv: list[str] | None = None) -> int:
     print(f"machine: {machine()}", flush=True)
     print("baking engines ...", flush=True)
     src = bake(out)
-    os.environ["PYTHONPATH"] = str(src / "detection")  # for the floor, which imports the demo model
     bodies = {}
     floors = {}
+    floor_env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(BENCH), str(src / "detection")])}
     for scenario in scenarios:
         path = out / f"body-{scenario.name.replace(' ', '-')}.json"
         path.write_text(json.dumps(body_of(scenario)))
         bodies[scenario.name] = path
         measured = subprocess.run([sys.executable, str(BENCH / "floor.py"), "--body", str(path), "--count",
-                                   str(max(5, int(scenario.count * share) // 8))],
-                                  capture_output=True, text=True, check=True, env={**os.environ, "PYTHONPATH": os.pathsep.join([str(BENCH), str(src / "detection")])})
+                                   str(max(2, int(scenario.count * share) // 40))],
+                                  capture_output=True, text=True, check=True, env=floor_env)
         floors[scenario.name] = json.loads(measured.stdout)["cpu_ms"]
         print(f"floor {scenario.name}: {floors[scenario.name]:.2f} ms CPU per request in-process", flush=True)
+
+    support_env = {**os.environ, "PYTHONPATH": str(src / "detection")}
+    decode = subprocess.run([sys.executable, str(BENCH / "decode.py"), *(["--quick"] if args.quick else [])],
+                            capture_output=True, text=True, check=True, env=support_env).stdout
+    print(f"\nimage decode, one thread, ms per image:\n{decode}", flush=True)
 
     measurements = []
     started = time.perf_counter()
     for round_ in range(rounds):
-        # Alternate which server goes first, so drift in the machine's load falls on both alike.
+        # Both servers stay up side by side and take turns, scenario by scenario, with the first turn
+        # alternating: drift in the machine's load then falls on both alike.
         kinds = ("engine", "baseline") if round_ % 2 == 0 else ("baseline", "engine")
         for task in TASKS:
             task_scenarios = [s for s in scenarios if s.task == task]
             if not task_scenarios:
                 continue
-            for kind in kinds:
-                server = Server(kind, task, src, out)
-                try:
+            servers = {}
+            try:
+                for kind in kinds:
+                    profile = out / f"engine-{task}.pstat" if args.profile and kind == "engine" else None
+                    servers[kind] = Server(kind, task, src, out, profile)
                     measurements.append({"scenario": f"startup ({task})", "server": kind,
-                                         "startup_s": server.startup})
-                    for scenario in task_scenarios:
-                        result = measure(server, scenario, bodies[scenario.name], max(16, int(scenario.count * share)),
-                                         duration)
+                                         "startup_s": servers[kind].startup})
+                for index, scenario in enumerate(task_scenarios):
+                    for kind in kinds if index % 2 == 0 else kinds[::-1]:
+                        result = measure(servers[kind], scenario, bodies[scenario.name],
+                                         max(16, int(scenario.count * share)), duration)
                         measurements.append(result)
                         print(f"round {round_ + 1}/{rounds} {kind:8} {scenario.name:22} {result['rps']:7.1f} req/s "
                               f"p50 {result['p50_ms']:7.1f} ms p99 {result['p99_ms']:7.1f} ms "
                               f"CPU {result['cpu_ms']:6.2f} ms/req RSS {result['rss_mb']:6.0f} MB "
                               f"(client CPU {result['client_cpu_share']:.0%})", flush=True)
-                finally:
+            finally:
+                for server in servers.values():
                     server.stop()
     print(f"measured in {time.perf_counter() - started:.0f} s", flush=True)
 
+    if args.profile:
+        import pstats
+
+        for path in sorted(out.glob("engine-*.pstat")):
+            print(f"\nwhere the engine's CPU went ({path.name}, yappi CPU clock, all threads):")
+            pstats.Stats(str(path)).sort_stats("tottime").print_stats(30)
+        return 0
     rows = summarise(measurements, floors)
     text = table(rows)
     print(f"\n{text}\n")
@@ -271,9 +295,10 @@ def main(argv: list[str] | None = None) -> int:
     write_csv(rows, args.results / "bench.csv")
     (args.results / "bench.md").write_text(f"Machine: {machine()}; {rounds} round(s)"
                                            f"{' (--quick)' if args.quick else ''}.\n\n{text}\n")
+    (args.results / "decode.txt").write_text(decode)
     (args.results / "raw.json").write_text(json.dumps({"floors": floors, "measurements": measurements}, indent=1))
     write_chart(rows, args.results / "bench.png", f"engine / baseline, medians of {rounds} round(s); {machine()}")
-    print(f"wrote {args.results}/bench.csv, bench.md, bench.png")
+    print(f"wrote {args.results}/bench.csv, bench.md, bench.png, decode.txt, raw.json")
     return 0
 
 

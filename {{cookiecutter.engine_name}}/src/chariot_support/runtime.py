@@ -12,6 +12,7 @@ from contextlib import nullcontext
 from pathlib import Path
 from typing import Callable, Sequence, TypeVar
 
+import cv2
 from mlserver import MLModel
 from mlserver.types import InferenceRequest, InferenceResponse, Parameters, ResponseOutput
 
@@ -59,6 +60,9 @@ class ChariotRuntime(MLModel):
         )
         self._model = model_class()
         model_dir = Path(os.environ.get("MODEL_DIR", "/mnt/models"))
+        # The runtime's threads already spread requests and images over the cores; OpenCV's own pool on top
+        # spins for work and costs CPU per call. Set before load, so a model that wants it back can have it.
+        cv2.setNumThreads(1)
         await asyncio.to_thread(self._model.load, model_dir)
         # Decoding and most predict work release the GIL, so threads keep both cores busy.
         threads = env_int("CHARIOT_THREADS", os.cpu_count() or 1)

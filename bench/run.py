@@ -45,12 +45,12 @@ class Scenario:
 
 SCENARIOS = (
     # A 32x24 image costs next to nothing to decode and predict: what is left is each server's own overhead.
-    Scenario("tiny REST", "detection", "rest", ("tiny",), 2000),
-    Scenario("detect REST", "detection", "rest", ("vga",), 800),
-    Scenario("detect gRPC", "detection", "grpc", ("vga",), 800),
-    Scenario("detect REST 8 images", "detection", "rest", ("vga",) * 8, 120, single=False),
-    Scenario("detect REST 4K", "detection", "rest", ("uhd",), 80),
-    Scenario("segment REST", "segmentation", "rest", ("many",), 500),
+    Scenario("tiny REST", "detection", "rest", ("tiny",), 1500),
+    Scenario("detect REST", "detection", "rest", ("vga",), 600),
+    Scenario("detect gRPC", "detection", "grpc", ("vga",), 600),
+    Scenario("detect REST 8 images", "detection", "rest", ("vga",) * 8, 100, single=False),
+    Scenario("detect REST 4K", "detection", "rest", ("uhd",), 50),
+    Scenario("segment REST", "segmentation", "rest", ("many",), 400),
 )
 
 
@@ -216,14 +216,14 @@ def machine() -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="one round of short runs (about a minute)")
-    parser.add_argument("--rounds", type=int, help="rounds of every scenario on both servers (default 3)")
+    parser.add_argument("--rounds", type=int, help="rounds of every scenario on both servers (default 5)")
     parser.add_argument("--only", action="append", help="run only scenarios whose name contains this (repeatable)")
     parser.add_argument("--profile", action="store_true",
                         help="profile the engine's CPU under the load (yappi, all threads) and print where it goes; "
                              "the numbers of such a run are not kept")
     parser.add_argument("--results", type=Path, default=BENCH / "results", help="where the CSV and chart go")
     args = parser.parse_args(argv)
-    rounds = args.rounds or (1 if args.quick else 3)
+    rounds = args.rounds or (1 if args.quick else 5)
     share, duration = (0.25, 6.0) if args.quick else (1.0, 20.0)
     scenarios = [s for s in SCENARIOS if not args.only or any(o.lower() in s.name.lower() for o in args.only)]
 

@@ -151,7 +151,7 @@ def write_chart(rows: list[Row], path: Path, title: str) -> None:
     axes.axhline(1.2, color="tab:orange", linestyle=":", linewidth=1, label="p99 target <= 1.2")
     axes.set_xticks(range(len(scenarios)), scenarios, rotation=15)
     axes.set_ylabel("engine / baseline (medians)")
-    axes.set_title(title)
+    axes.set_title(title, fontsize=10)
     axes.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     figure.tight_layout()
     figure.savefig(path, dpi=100)

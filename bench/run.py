@@ -297,7 +297,7 @@ def main(argv: list[str] | None = None) -> int:
                                            f"{' (--quick)' if args.quick else ''}.\n\n{text}\n")
     (args.results / "decode.txt").write_text(decode)
     (args.results / "raw.json").write_text(json.dumps({"floors": floors, "measurements": measurements}, indent=1))
-    write_chart(rows, args.results / "bench.png", f"engine / baseline, medians of {rounds} round(s); {machine()}")
+    write_chart(rows, args.results / "bench.png", f"engine / baseline, medians of {rounds} round(s)\n{machine()}")
     print(f"wrote {args.results}/bench.csv, bench.md, bench.png, decode.txt, raw.json")
     return 0
 

@@ -72,8 +72,13 @@ BOMB = png_declaring(BOMB_SIDE, BOMB_SIDE, real=True)
 
 def image(name: str = "image-0", data: Any = None, **overrides: Any) -> dict:
     """A good image input, with any field replaced (`parameters` merged over the prompts)."""
-    tensor = {"name": name, "shape": [1], "datatype": "BYTES", "data": [b64(PNG) if data is None else data],
-              "parameters": {"prompts": PROMPTS, **overrides.pop("parameters", {})}}
+    tensor = {
+        "name": name,
+        "shape": [1],
+        "datatype": "BYTES",
+        "data": [b64(PNG) if data is None else data],
+        "parameters": {"prompts": PROMPTS, **overrides.pop("parameters", {})},
+    }
     tensor.update(overrides)
     return tensor
 
@@ -131,8 +136,12 @@ CASES: list[Case] = [
     case("inputs not a list", {"inputs": {"name": "x"}}, "inputs: Input should be a valid list"),
     case("empty inputs", {"inputs": []}, "no inputs"),
     case("request parameters not an object", {**GOOD, "parameters": "fast"}, "parameters: Input should be"),
-    case("too many inputs", request(*(image(f"image-{i}") for i in range(DEFAULT_LIMITS.max_inputs + 1))),
-         f"{DEFAULT_LIMITS.max_inputs + 1} inputs", f"at most {DEFAULT_LIMITS.max_inputs}"),
+    case(
+        "too many inputs",
+        request(*(image(f"image-{i}") for i in range(DEFAULT_LIMITS.max_inputs + 1))),
+        f"{DEFAULT_LIMITS.max_inputs + 1} inputs",
+        f"at most {DEFAULT_LIMITS.max_inputs}",
+    ),
     # the fields of an input
     case("missing name", request(without(image(), "name")), "inputs[0].name: Field required"),
     case("missing shape", request(without(image(), "shape")), "inputs[0].shape: Field required"),
@@ -152,67 +161,167 @@ CASES: list[Case] = [
     case("dimension beyond any integer", request(image(shape=[2**64])), "shape"),
     case("dimension not a number", request(image(shape=["one"])), "inputs[0].shape[0]"),
     case("empty shape", request(image(shape=[])), "input 'image-0'", "shape is empty"),
-    case("two variable dimensions", request(image(), number("FP32", [1, 2], [-1, -1])), "input 'x'", "more than one variable"),
-    case("variable dimension that does not fit", request(image(), number("FP32", [1, 2, 3], [-1, 2])),
-         "input 'x'", "3 data elements do not fit shape [-1, 2]"),
-    case("fixed shape larger than the data", request(image(), number("FP32", [1, 2, 3], [4])),
-         "input 'x'", "shape [4] holds 4 elements but data has 3"),
+    case(
+        "two variable dimensions",
+        request(image(), number("FP32", [1, 2], [-1, -1])),
+        "input 'x'",
+        "more than one variable",
+    ),
+    case(
+        "variable dimension that does not fit",
+        request(image(), number("FP32", [1, 2, 3], [-1, 2])),
+        "input 'x'",
+        "3 data elements do not fit shape [-1, 2]",
+    ),
+    case(
+        "fixed shape larger than the data",
+        request(image(), number("FP32", [1, 2, 3], [4])),
+        "input 'x'",
+        "shape [4] holds 4 elements but data has 3",
+    ),
     case("shape disagrees with the data", request(image(shape=[3])), "input 'image-0'", "shape [3]"),
-    case("dimensions whose product overflows", request(image(), number("FP32", [1], [2**40, 2**40])), "input 'x'", "data has 1"),
-    case("several images in one input", request(image(shape=[2]) | {"data": [b64(PNG)] * 2}),
-         "input 'image-0'", "holds 2 images"),
+    case(
+        "dimensions whose product overflows",
+        request(image(), number("FP32", [1], [2**40, 2**40])),
+        "input 'x'",
+        "data has 1",
+    ),
+    case(
+        "several images in one input",
+        request(image(shape=[2]) | {"data": [b64(PNG)] * 2}),
+        "input 'image-0'",
+        "holds 2 images",
+    ),
     # values against the datatype
     case("text in an INT32 tensor", request(image(), number("INT32", [1, "two"])), "input 'x'", "must be numbers"),
     case("fraction in an INT32 tensor", request(image(), number("INT32", [2.5])), "input 'x'", "whole numbers"),
     case("UINT8 out of range", request(image(), number("UINT8", [300])), "input 'x'", "out of range for UINT8"),
     case("null in an FP32 tensor", request(image(), number("FP32", [None])), "input 'x'", "must be numbers"),
     case("string as BOOL", request(image(), number("BOOL", ["true"])), "input 'x'", "true/false"),
-    case("number in a text tensor", request(image(), number("BYTES", ["a", 1]) | {"parameters": {"content_type": "str"}}),
-         "input 'x'", "must be strings"),
+    case(
+        "number in a text tensor",
+        request(image(), number("BYTES", ["a", 1]) | {"parameters": {"content_type": "str"}}),
+        "input 'x'",
+        "must be strings",
+    ),
     # image data
     case("invalid base64", request(image(data="@@not base64@@")), "input 'image-0'", "not valid base64"),
     case("base64 cut mid-quantum", request(image(data=b64(PNG)[:-1])), "input 'image-0'", "not valid base64"),
     case("empty image data", request(image(data="")), "input 'image-0'", "is empty"),
     case("image data not a string", request(image(data=5)), "input 'image-0'", "must be a base64 string"),
     case("image data null", request(image() | {"data": [None]}), "input 'image-0'", "must be a base64 string"),
-    case("bytes that are no image", request(image(data=b64(b"hello, this is not an image"))),
-         "input 'image-0'", "not an image this engine can read"),
+    case(
+        "bytes that are no image",
+        request(image(data=b64(b"hello, this is not an image"))),
+        "input 'image-0'",
+        "not an image this engine can read",
+    ),
     case("image magic then garbage", request(image(data=b64(PNG[:8] + b"\0" * 64))), "input 'image-0'", "not an image"),
     case("truncated JPEG", request(image(data=_truncated(JPEG, 0.6))), "input 'image-0'", "JPEG file is cut short"),
-    case("JPEG missing its last bytes", request(image(data=b64(JPEG[:-2]))), "input 'image-0'", "JPEG file is cut short"),
+    case(
+        "JPEG missing its last bytes", request(image(data=b64(JPEG[:-2]))), "input 'image-0'", "JPEG file is cut short"
+    ),
     case("truncated PNG", request(image(data=_truncated(PNG, 0.6))), "input 'image-0'", "PNG file is cut short"),
     case("truncated GIF", request(image(data=_truncated(_gif(), 0.5))), "input 'image-0'", "could not be decoded"),
     case("image of zero width", request(image(data=b64(png_declaring(0, 10)))), "input 'image-0'", "not an image"),
     case("image of zero height", request(image(data=b64(png_declaring(10, 0)))), "input 'image-0'", "not an image"),
-    case("decompression bomb over the engine's limit", request(image(data=b64(BOMB))),
-         "input 'image-0'", f"{BOMB_SIDE}x{BOMB_SIDE} pixels", str(DEFAULT_LIMITS.max_image_pixels)),
-    case("header beyond Pillow's cap", request(image(data=b64(png_declaring(100_000, 100_000)))),
-         "input 'image-0'", "more than", "accepts at most"),
+    case(
+        "decompression bomb over the engine's limit",
+        request(image(data=b64(BOMB))),
+        "input 'image-0'",
+        f"{BOMB_SIDE}x{BOMB_SIDE} pixels",
+        str(DEFAULT_LIMITS.max_image_pixels),
+    ),
+    case(
+        "header beyond Pillow's cap",
+        request(image(data=b64(png_declaring(100_000, 100_000)))),
+        "input 'image-0'",
+        "more than",
+        "accepts at most",
+    ),
     # parameters
-    case("unknown action", request(image(parameters={"action": "explode"})), "input 'image-0'", "'explode'", "allowed:"),
+    case(
+        "unknown action", request(image(parameters={"action": "explode"})), "input 'image-0'", "'explode'", "allowed:"
+    ),
     case("action not a string", request(image(parameters={"action": 5})), "input 'image-0'", "unknown action 5"),
     case("unknown request action", request(action="explode"), "'explode'", "request parameters"),
-    case("score_threshold a word", request(image(parameters={"score_threshold": "high"})),
-         "input 'image-0'", "'score_threshold'", "between 0 and 1"),
-    case("score_threshold above 1", request(image(parameters={"score_threshold": 1.5})), "'score_threshold'", "between 0 and 1"),
-    case("score_threshold a boolean", request(image(parameters={"score_threshold": True})), "'score_threshold'", "between 0 and 1"),
-    case("score_threshold a list", request(image(parameters={"score_threshold": [0.5]})), "'score_threshold'", "between 0 and 1"),
-    case("score_threshold below 0", request(image(parameters={"score_threshold": -0.1})), "'score_threshold'", "between 0 and 1"),
-    case("score_threshold infinite", request(image(parameters={"score_threshold": "inf"})), "'score_threshold'", "between 0 and 1"),
-    case("score_threshold NaN", request(image(parameters={"score_threshold": "nan"})), "'score_threshold'", "between 0 and 1"),
-    case("prompts not strings", request(image(parameters={"prompts": [1, 2]})), "input 'image-0'", "'prompts'", "list of strings"),
+    case(
+        "score_threshold a word",
+        request(image(parameters={"score_threshold": "high"})),
+        "input 'image-0'",
+        "'score_threshold'",
+        "between 0 and 1",
+    ),
+    case(
+        "score_threshold above 1",
+        request(image(parameters={"score_threshold": 1.5})),
+        "'score_threshold'",
+        "between 0 and 1",
+    ),
+    case(
+        "score_threshold a boolean",
+        request(image(parameters={"score_threshold": True})),
+        "'score_threshold'",
+        "between 0 and 1",
+    ),
+    case(
+        "score_threshold a list",
+        request(image(parameters={"score_threshold": [0.5]})),
+        "'score_threshold'",
+        "between 0 and 1",
+    ),
+    case(
+        "score_threshold below 0",
+        request(image(parameters={"score_threshold": -0.1})),
+        "'score_threshold'",
+        "between 0 and 1",
+    ),
+    case(
+        "score_threshold infinite",
+        request(image(parameters={"score_threshold": "inf"})),
+        "'score_threshold'",
+        "between 0 and 1",
+    ),
+    case(
+        "score_threshold NaN",
+        request(image(parameters={"score_threshold": "nan"})),
+        "'score_threshold'",
+        "between 0 and 1",
+    ),
+    case(
+        "prompts not strings",
+        request(image(parameters={"prompts": [1, 2]})),
+        "input 'image-0'",
+        "'prompts'",
+        "list of strings",
+    ),
     case("prompts a number", request(image(parameters={"prompts": 5})), "'prompts'", "list of strings"),
     case("prompts an object", request(image(parameters={"prompts": {"q": "a"}})), "'prompts'", "list of strings"),
     case("prompts broken JSON", request(image(parameters={"prompts": '["a",'})), "'prompts'", "not valid JSON"),
     case("metadata not JSON", request(metadata="{oops"), "parameters.metadata is not valid JSON"),
     case("metadata not a string", request(metadata={"a": 1}), "parameters.metadata", "JSON-encoded string"),
     case("metadata JSON but not an object", request(metadata="[1]"), "parameters.metadata", "JSON object"),
-    case("input metadata not JSON", request(image(parameters={"metadata": "nope"})),
-         "input 'image-0'", "parameters.metadata", "not valid JSON"),
-    case("input metadata not a string", request(image(parameters={"metadata": {"a": 1}})),
-         "input 'image-0'", "parameters.metadata", "JSON-encoded string"),
-    case("input metadata JSON but not an object", request(image(parameters={"metadata": "3"})),
-         "input 'image-0'", "parameters.metadata", "JSON object"),
+    case(
+        "input metadata not JSON",
+        request(image(parameters={"metadata": "nope"})),
+        "input 'image-0'",
+        "parameters.metadata",
+        "not valid JSON",
+    ),
+    case(
+        "input metadata not a string",
+        request(image(parameters={"metadata": {"a": 1}})),
+        "input 'image-0'",
+        "parameters.metadata",
+        "JSON-encoded string",
+    ),
+    case(
+        "input metadata JSON but not an object",
+        request(image(parameters={"metadata": "3"})),
+        "input 'image-0'",
+        "parameters.metadata",
+        "JSON object",
+    ),
     # addressing
     case("unknown model", GOOD, "no model named 'not-chariot'", "m-<id>", status=404, model="not-chariot"),
     case("unknown version", GOOD, "has no version '999'", status=404, version="999"),
@@ -248,8 +357,9 @@ class Rest:
 
     def send(self, engine, model_name: str, case: Case) -> tuple[int, Any]:
         body = case.body if isinstance(case.body, bytes) else json.dumps(case.body).encode()
-        response = requests.request(case.method, self.url(engine, model_name, case), data=body, timeout=60,
-                                    allow_redirects=False)
+        response = requests.request(
+            case.method, self.url(engine, model_name, case), data=body, timeout=60, allow_redirects=False
+        )
         return response.status_code, response.json()
 
 

@@ -78,8 +78,14 @@ def run_client(package: str):
 
     def run(*args: str, timeout: float = 120.0) -> subprocess.CompletedProcess:
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(SRC), os.environ.get("PYTHONPATH")]))}
-        return subprocess.run([sys.executable, "-m", f"{package}.client", *map(str, args)], cwd=ROOT, env=env,
-                              capture_output=True, text=True, timeout=timeout)
+        return subprocess.run(
+            [sys.executable, "-m", f"{package}.client", *map(str, args)],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
 
     return run
 

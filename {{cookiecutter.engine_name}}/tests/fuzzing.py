@@ -41,16 +41,19 @@ image_data = st.one_of(
     st.text(max_size=20),
     json_values,
 )
-parameters = st.fixed_dictionaries(
-    {},
-    optional={
-        "prompts": st.just(PROMPTS) | json_values,
-        "action": st.sampled_from(["predict", "detect", "predict_proba", "explode"]) | json_values,
-        "score_threshold": st.floats(-1, 2) | st.text(max_size=6) | json_values,
-        "metadata": st.just('{"extended_metadata": []}') | st.text(max_size=12) | json_values,
-        "content_type": st.sampled_from(["str", "base64", "np", "raw"]) | json_values,
-    },
-) | json_values
+parameters = (
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "prompts": st.just(PROMPTS) | json_values,
+            "action": st.sampled_from(["predict", "detect", "predict_proba", "explode"]) | json_values,
+            "score_threshold": st.floats(-1, 2) | st.text(max_size=6) | json_values,
+            "metadata": st.just('{"extended_metadata": []}') | st.text(max_size=12) | json_values,
+            "content_type": st.sampled_from(["str", "base64", "np", "raw"]) | json_values,
+        },
+    )
+    | json_values
+)
 tensors = st.fixed_dictionaries(
     {"name": st.text(min_size=1, max_size=8)},
     optional={
@@ -61,16 +64,23 @@ tensors = st.fixed_dictionaries(
     },
 )
 good_image = st.builds(
-    lambda data, extra: {"name": "image-0", "shape": [1], "datatype": "BYTES", "data": [data],
-                         "parameters": {"prompts": PROMPTS, **extra}},
+    lambda data, extra: {
+        "name": "image-0",
+        "shape": [1],
+        "datatype": "BYTES",
+        "data": [data],
+        "parameters": {"prompts": PROMPTS, **extra},
+    },
     image_data,
     st.dictionaries(st.sampled_from(["action", "score_threshold", "metadata"]), json_values, max_size=2),
 )
 requests_ = st.one_of(
-    st.fixed_dictionaries({"inputs": st.lists(good_image | tensors, min_size=1, max_size=3)},
-                          optional={"parameters": parameters, "id": st.text(max_size=8)}),
-    st.fixed_dictionaries({}, optional={"inputs": st.lists(tensors, max_size=3) | json_values, "parameters": json_values}),
+    st.fixed_dictionaries(
+        {"inputs": st.lists(good_image | tensors, min_size=1, max_size=3)},
+        optional={"parameters": parameters, "id": st.text(max_size=8)},
+    ),
+    st.fixed_dictionaries(
+        {}, optional={"inputs": st.lists(tensors, max_size=3) | json_values, "parameters": json_values}
+    ),
     json_values,
 )
-
-

@@ -38,8 +38,13 @@ def test_the_sample_scene_is_the_scene_the_tests_draw(scene):
 
 def test_request_has_one_bytes_input_per_image_and_metadata_on_the_request():
     metadata = json.dumps({"standard_metadata": {}, "extended_metadata": []})
-    body = client.build_request([("image-0", b"\x89PNG one"), ("image-1", b"two")], action="detect",
-                                prompts=["what?"], score_threshold=0.25, metadata=metadata)
+    body = client.build_request(
+        [("image-0", b"\x89PNG one"), ("image-1", b"two")],
+        action="detect",
+        prompts=["what?"],
+        score_threshold=0.25,
+        metadata=metadata,
+    )
     assert [i["name"] for i in body["inputs"]] == ["image-0", "image-1"]
     for tensor, raw in zip(body["inputs"], (b"\x89PNG one", b"two"), strict=True):
         assert tensor["datatype"] == "BYTES" and tensor["shape"] == [1]
@@ -68,15 +73,30 @@ def test_detection_table_aligns_numbers_under_their_headings():
     "results, heading, row",
     [
         ([{"label": "cat", "score": 0.7}], ["label", "score"], ["cat", "0.700"]),
-        ([{"label": "boat", "score": 0.5, "cx": 0.5, "cy": 0.71, "w": 0.31, "h": 0.17, "r": 0.5236}],
-         ["label", "score", "cx", "cy", "w", "h", "r", "(rad)"],
-         ["boat", "0.500", "0.500", "0.710", "0.310", "0.170", "0.524"]),
-        ([{"label": "road", "score": 0.9, "contour": [[{"x": 1, "y": 2}, {"x": 9, "y": 2}, {"x": 9, "y": 8}],
-                                                       [{"x": 20, "y": 20}, {"x": 22, "y": 25}]]}],
-         ["label", "score", "contours", "points", "box", "(x0,", "y0,", "x1,", "y1)"],
-         ["road", "0.900", "2", "5", "1,", "2,", "22,", "25"]),
-        ([{"prompt": "what colours?", "answer": "red and blue."}], ["prompt", "answer"],
-         ["what", "colours?", "red", "and", "blue."]),
+        (
+            [{"label": "boat", "score": 0.5, "cx": 0.5, "cy": 0.71, "w": 0.31, "h": 0.17, "r": 0.5236}],
+            ["label", "score", "cx", "cy", "w", "h", "r", "(rad)"],
+            ["boat", "0.500", "0.500", "0.710", "0.310", "0.170", "0.524"],
+        ),
+        (
+            [
+                {
+                    "label": "road",
+                    "score": 0.9,
+                    "contour": [
+                        [{"x": 1, "y": 2}, {"x": 9, "y": 2}, {"x": 9, "y": 8}],
+                        [{"x": 20, "y": 20}, {"x": 22, "y": 25}],
+                    ],
+                }
+            ],
+            ["label", "score", "contours", "points", "box", "(x0,", "y0,", "x1,", "y1)"],
+            ["road", "0.900", "2", "5", "1,", "2,", "22,", "25"],
+        ),
+        (
+            [{"prompt": "what colours?", "answer": "red and blue."}],
+            ["prompt", "answer"],
+            ["what", "colours?", "red", "and", "blue."],
+        ),
         ([{"text": "hello", "n": 3}], ["text", "n"], ["hello", "3"]),
     ],
     ids=["classification", "oriented", "segmentation", "prompt-answer", "unknown-format"],
@@ -109,8 +129,15 @@ def test_rotated_boxes_are_drawn_turned_clockwise(scene):
     before = bgr(scene)
     w, h = scene.width, scene.height
     (cx, cy), (bw, bh), degrees = scene.blue_centre, scene.blue_size, scene.blue_degrees
-    result = {"label": "blue", "score": 0.9, "cx": cx / w, "cy": cy / h, "w": bw / w, "h": bh / h,
-              "r": math.radians(degrees)}
+    result = {
+        "label": "blue",
+        "score": 0.9,
+        "cx": cx / w,
+        "cy": cy / h,
+        "w": bw / w,
+        "h": bh / h,
+        "r": math.radians(degrees),
+    }
     after = client.draw(before, [result])
     # The long side's midpoints, half the box height from the centre, at 30 degrees clockwise (y down).
     for sign in (1, -1):
@@ -136,8 +163,10 @@ def test_contours_are_outlined_and_tinted(scene):
 
 @pytest.mark.parametrize(
     "results",
-    [[{"label": "red", "score": 0.62}, {"label": "blue", "score": 0.38}],
-     [{"prompt": "What colours are in the picture?", "answer": "I found 1 red region and 1 blue region."}]],
+    [
+        [{"label": "red", "score": 0.62}, {"label": "blue", "score": 0.38}],
+        [{"prompt": "What colours are in the picture?", "answer": "I found 1 red region and 1 blue region."}],
+    ],
     ids=["classification", "prompt-answer"],
 )
 def test_labels_and_answers_are_written_across_the_top(scene, results):
@@ -185,8 +214,9 @@ def test_the_client_starts_without_importing_the_server():
     """The client needs no MLServer; importing it would cost every run a second or more."""
     src = str(Path(chariot_support.__file__).resolve().parents[1])
     check = "import sys, chariot_support.client; print(sorted(m for m in sys.modules if m.split('.')[0] == 'mlserver'))"
-    result = subprocess.run([sys.executable, "-c", check], env={**os.environ, "PYTHONPATH": src},
-                            capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-c", check], env={**os.environ, "PYTHONPATH": src}, capture_output=True, text=True, timeout=60
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
 

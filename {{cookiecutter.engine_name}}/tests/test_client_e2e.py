@@ -26,8 +26,9 @@ def test_several_images_get_a_table_each_a_drawing_each_and_a_counter(engine, ru
 
 
 def test_a_batch_of_images_travels_in_one_request(engine, run_client):
-    result = run_client("samples/scene.png", "samples/shapes.jpg", "--url", engine.url, "--batch", "2", "--json",
-                        *PROMPT)
+    result = run_client(
+        "samples/scene.png", "samples/shapes.jpg", "--url", engine.url, "--batch", "2", "--json", *PROMPT
+    )
     assert result.returncode == 0, result.stderr
     (reply,) = [json.loads(line) for line in result.stdout.splitlines()]
     assert [o["name"] for o in reply["outputs"]] == ["image-0", "image-1"]

@@ -298,8 +298,12 @@ def python_for_another_uid() -> tuple[str, list[str]]:
     for python, paths in ((sys.executable, []), (f"/usr/bin/{version}", sysconfig.get_path("purelib").split())):
         try:
             env = {"PYTHONPATH": os.pathsep.join(paths)}
-            if subprocess.run([python, "-c", "import mlserver"], env=env, capture_output=True, timeout=60,
-                              **as_other).returncode == 0:
+            if (
+                subprocess.run(
+                    [python, "-c", "import mlserver"], env=env, capture_output=True, timeout=60, **as_other
+                ).returncode
+                == 0
+            ):
                 return python, paths
         except OSError:
             continue
@@ -334,8 +338,9 @@ def test_serves_as_a_random_uid_writing_only_under_the_temp_dir(final, tmp_path_
             status = Path(f"/proc/{engine.process.pid}/status").read_text()
             uid = re.search(r"^Uid:\s+(\d+)", status, re.M)[1]
             assert int(uid) != 0 and (not as_other or uid == str(OTHER_UID)), status
-            body = json.dumps(chariot_request(image_input("image-0", np.zeros((32, 32, 3), np.uint8),
-                                                          prompts=["what?"]))).encode()
+            body = json.dumps(
+                chariot_request(image_input("image-0", np.zeros((32, 32, 3), np.uint8), prompts=["what?"]))
+            ).encode()
             request = urllib.request.Request(f"{engine.url}/infer", data=body, method="POST")
             with urllib.request.urlopen(request, timeout=60) as response:
                 assert response.status == 200

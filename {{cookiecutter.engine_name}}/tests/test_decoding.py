@@ -40,6 +40,7 @@ def b64(raw: bytes) -> str:
 
 def png_declaring(width: int, height: int) -> bytes:
     """A PNG whose header claims width x height but whose pixel data is a few bytes of nothing."""
+
     def chunk(kind: bytes, body: bytes) -> bytes:
         return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
 
@@ -98,14 +99,58 @@ def test_image_decodes_to_rgb_in_channel_order(extension):
     assert (shown.width, shown.height) == (30, 20)
 
 
-@pytest.mark.parametrize("mode, colour, expected", [("L", 128, (128, 128, 128)), ("RGBA", (255, 0, 0, 255), RED),
-                                                    ("LA", (90, 255), (90, 90, 90)), ("P", 0, (0, 0, 0))])
+@pytest.mark.parametrize(
+    "mode, colour, expected",
+    [
+        ("L", 128, (128, 128, 128)),
+        ("RGBA", (255, 0, 0, 255), RED),
+        ("LA", (90, 255), (90, 90, 90)),
+        ("P", 0, (0, 0, 0)),
+    ],
+)
 def test_grey_and_alpha_pngs_give_three_channels(mode, colour, expected):
     buffer = io.BytesIO()
     PIL.Image.new(mode, (30, 20), colour).save(buffer, "PNG")
     pixels = decoded(b64(buffer.getvalue()))
     assert pixels.shape == (20, 30, 3)
     assert tuple(pixels[5, 5]) == expected
+
+
+@pytest.mark.parametrize("mode, colour, expected", [("L", 128, (128, 128, 128)), ("CMYK", (0, 255, 255, 0), RED)])
+def test_grey_and_cmyk_jpegs_give_rgb(mode, colour, expected):
+    buffer = io.BytesIO()
+    PIL.Image.new(mode, (30, 20), colour).save(buffer, "JPEG", quality=95)
+    pixels = decoded(b64(buffer.getvalue()))
+    assert pixels.shape == (20, 30, 3)
+    assert np.abs(pixels[5, 5].astype(int) - expected).max() <= 12
+
+
+def test_sixteen_bit_png_is_scaled_to_eight_bits():
+    buffer = io.BytesIO()
+    PIL.Image.new("I;16", (30, 20), 0xFFFF).save(buffer, "PNG")
+    pixels = decoded(b64(buffer.getvalue()))
+    assert pixels.shape == (20, 30, 3) and pixels.dtype == np.uint8
+    assert tuple(pixels[5, 5]) == (255, 255, 255)
+
+
+@pytest.mark.parametrize(
+    "orientation, shape, red_at",
+    [
+        (3, (20, 40, 3), (10, -2)),  # turned half a turn: the left edge lands on the right
+        (8, (40, 20, 3), (-2, 10)),  # turned a quarter anticlockwise: the left edge lands on the bottom
+    ],
+)
+def test_other_exif_orientations_are_honoured(orientation, shape, red_at):
+    stored = np.zeros((20, 40, 3), np.uint8)
+    stored[:, :8] = RED
+    source = PIL.Image.fromarray(stored)
+    exif = source.getexif()
+    exif[0x0112] = orientation
+    buffer = io.BytesIO()
+    source.save(buffer, "JPEG", exif=exif, quality=95)
+    pixels = decoded(b64(buffer.getvalue()))
+    assert pixels.shape == shape
+    assert pixels[red_at][0] > 200 and pixels[red_at][2] < 50
 
 
 def test_exif_orientation_is_honoured():
@@ -184,12 +229,15 @@ def test_transport_headers_never_reach_the_model():
 # --- shapes ---------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("shape, data, expected", [
-    ([-1], [1, 2, 3], [1, 2, 3]),
-    ([3, 1], [1, 2, 3], [[1], [2], [3]]),
-    ([2, -1], [1, 2, 3, 4, 5, 6], [[1, 2, 3], [4, 5, 6]]),
-    ([2, 3], [[1, 2, 3], [4, 5, 6]], [[1, 2, 3], [4, 5, 6]]),
-])
+@pytest.mark.parametrize(
+    "shape, data, expected",
+    [
+        ([-1], [1, 2, 3], [1, 2, 3]),
+        ([3, 1], [1, 2, 3], [[1], [2], [3]]),
+        ([2, -1], [1, 2, 3, 4, 5, 6], [[1, 2, 3], [4, 5, 6]]),
+        ([2, 3], [[1, 2, 3], [4, 5, 6]], [[1, 2, 3], [4, 5, 6]]),
+    ],
+)
 def test_shapes_reshape_the_flat_data(shape, data, expected):
     assert decode_one("FP32", data, shape).tolist() == expected
 
@@ -197,47 +245,64 @@ def test_shapes_reshape_the_flat_data(shape, data, expected):
 # --- numeric and text tensors ---------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("datatype, data, dtype", [
-    ("BOOL", [True, False], np.bool_), ("UINT8", [0, 255], np.uint8), ("UINT16", [1, 65535], np.uint16),
-    ("UINT32", [1, 2**32 - 1], np.uint32), ("UINT64", [1, 2**64 - 1], np.uint64), ("INT8", [-128, 127], np.int8),
-    ("INT16", [-3, 3], np.int16), ("INT32", [-(2**31), 7], np.int32), ("INT64", [-(2**63), 2**63 - 1], np.int64),
-    ("FP16", [0.5, -2], np.float16), ("FP32", [0.25, 3], np.float32), ("FP64", [0.1, 1e300], np.float64),
-])
+@pytest.mark.parametrize(
+    "datatype, data, dtype",
+    [
+        ("BOOL", [True, False], np.bool_),
+        ("UINT8", [0, 255], np.uint8),
+        ("UINT16", [1, 65535], np.uint16),
+        ("UINT32", [1, 2**32 - 1], np.uint32),
+        ("UINT64", [1, 2**64 - 1], np.uint64),
+        ("INT8", [-128, 127], np.int8),
+        ("INT16", [-3, 3], np.int16),
+        ("INT32", [-(2**31), 7], np.int32),
+        ("INT64", [-(2**63), 2**63 - 1], np.int64),
+        ("FP16", [0.5, -2], np.float16),
+        ("FP32", [0.25, 3], np.float32),
+        ("FP64", [0.1, 1e300], np.float64),
+    ],
+)
 def test_numeric_datatypes_decode_to_their_dtype(datatype, data, dtype):
     array = decode_one(datatype, data, [2, 1])
     assert array.dtype == np.dtype(dtype) and array.shape == (2, 1)
     assert array.ravel().tolist() == [dtype(v).item() for v in data]
 
 
-@pytest.mark.parametrize("datatype, data, expected", [
-    ("INT32", [2.0, -3.0], [2, -3]),
-    ("INT8", [True], [1]),  # the protocol page's own do_sample example
-    ("BOOL", [0, 1], [False, True]),
-    ("UINT64", [2**64 - 1, 0.0], [2**64 - 1, 0]),  # once wrapped to 0 through float64
-    ("INT64", [2**53 + 1, 0.0], [2**53 + 1, 0]),  # once rounded to 2**53 through float64
-])
+@pytest.mark.parametrize(
+    "datatype, data, expected",
+    [
+        ("INT32", [2.0, -3.0], [2, -3]),
+        ("INT8", [True], [1]),  # the protocol page's own do_sample example
+        ("BOOL", [0, 1], [False, True]),
+        ("UINT64", [2**64 - 1, 0.0], [2**64 - 1, 0]),  # once wrapped to 0 through float64
+        ("INT64", [2**53 + 1, 0.0], [2**53 + 1, 0]),  # once rounded to 2**53 through float64
+    ],
+)
 def test_values_that_are_converted_exactly(datatype, data, expected):
     assert decode_one(datatype, data).tolist() == expected
 
 
-@pytest.mark.parametrize("datatype, data, problem", [
-    ("INT32", [1, 2.5], "whole numbers"),
-    ("INT8", [float("nan")], "whole numbers"),
-    ("UINT8", [300], "out of range for UINT8"),
-    ("UINT8", [-1], "out of range for UINT8"),
-    ("INT64", [2**70], "out of range for INT64"),
-    ("INT64", [2**63, -1], "out of range for INT64"),
-    ("INT64", [2.0**63], "out of range for INT64"),  # once wrapped to -2**63
-    ("FP64", [10**400], "out of range for FP64"),  # once an OverflowError
-    ("FP16", [1e5], "out of range for FP16"),
-    ("FP32", ["1.5"], "must be numbers, got '1.5'"),
-    ("FP32", [None], "must be numbers"),
-    ("FP32", [True], "booleans"),
-    ("FP32", [1.5, True], "booleans"),
-    ("BOOL", [2], "true/false"),
-    ("BOOL", [1.0], "true/false"),
-    ("BOOL", ["true"], "true/false"),
-])
+@pytest.mark.parametrize(
+    "datatype, data, problem",
+    [
+        ("INT32", [1, 2.5], "whole numbers"),
+        ("INT8", [float("nan")], "whole numbers"),
+        ("UINT8", [300], "out of range for UINT8"),
+        ("UINT8", [-1], "out of range for UINT8"),
+        ("INT64", [2**70], "out of range for INT64"),
+        ("INT64", [2**63, -1], "out of range for INT64"),
+        ("INT64", [2.0**63], "out of range for INT64"),  # once wrapped to -2**63
+        ("FP64", [10**400], "out of range for FP64"),  # once an OverflowError
+        ("FP16", [1e5], "out of range for FP16"),
+        ("FP32", ["1.5"], "must be numbers, got '1.5'"),
+        ("FP32", [None], "must be numbers"),
+        ("FP32", [True], "booleans"),
+        ("FP32", [1.5, True], "booleans"),
+        ("BOOL", [2], "true/false"),
+        ("BOOL", [1.0], "true/false"),
+        ("BOOL", ["true"], "true/false"),
+    ],
+)
 def test_bad_values_are_refused(datatype, data, problem):
     refused(lambda: decode_one(datatype, data), "input 'x'", problem)
 
@@ -261,8 +326,16 @@ def jpeg(**options) -> bytes:
 NOISE = np.random.default_rng(1).integers(0, 255, (40, 60, 3), dtype=np.uint8)
 
 
-@pytest.mark.parametrize("raw", [jpeg(), jpeg(progressive=True), base64.b64decode(encode_image(NOISE)),
-                                 base64.b64decode(encode_image(NOISE, ".webp"))], ids=["jpeg", "progressive", "png", "webp"])
+@pytest.mark.parametrize(
+    "raw",
+    [
+        jpeg(),
+        jpeg(progressive=True),
+        base64.b64decode(encode_image(NOISE)),
+        base64.b64decode(encode_image(NOISE, ".webp")),
+    ],
+    ids=["jpeg", "progressive", "png", "webp"],
+)
 def test_a_file_cut_anywhere_is_refused_and_whole_is_read(raw):
     assert decoded(b64(raw)).shape == (40, 60, 3)
     for end in range(1, len(raw), max(1, len(raw) // 97)):

@@ -64,9 +64,21 @@ def test_one_output_per_image_input_in_order(engine, model_name, scene):
 def test_non_image_inputs_are_accepted_beside_images(engine, model_name, scene):
     body = chariot_request(
         image_input("image-0", scene.pixels, prompts=PROMPTS),
-        {"name": "max_new_tokens", "shape": [1], "datatype": "INT64", "data": [500], "parameters": {"content_type": "raw"}},
+        {
+            "name": "max_new_tokens",
+            "shape": [1],
+            "datatype": "INT64",
+            "data": [500],
+            "parameters": {"content_type": "raw"},
+        },
         {"name": "temperature", "shape": [1], "datatype": "FP64", "data": [0.8]},
-        {"name": "weights", "shape": [2, -1], "datatype": "FP32", "data": [[1, 2], [3, 4]], "parameters": {"content_type": "np"}},
+        {
+            "name": "weights",
+            "shape": [2, -1],
+            "datatype": "FP32",
+            "data": [[1, 2], [3, 4]],
+            "parameters": {"content_type": "np"},
+        },
     )
     answer = infer(engine, model_name, body).json()
     assert [o["name"] for o in answer["outputs"]] == ["image-0"]
@@ -91,7 +103,10 @@ def test_metadata_passes_through_unchanged(engine, model_name, scene):
 
 def test_request_id_from_body_then_header_then_new(engine, model_name, scene):
     body = chariot_request(image_input("image-0", scene.pixels, prompts=PROMPTS))
-    assert infer(engine, model_name, {**body, "id": "from-body"}, headers={"X-Request-ID": "h"}).json()["id"] == "from-body"
+    assert (
+        infer(engine, model_name, {**body, "id": "from-body"}, headers={"X-Request-ID": "h"}).json()["id"]
+        == "from-body"
+    )
     assert infer(engine, model_name, body, headers={"X-Request-ID": "from-header"}).json()["id"] == "from-header"
     first, second = (infer(engine, model_name, body).json()["id"] for _ in range(2))
     assert first and second and first != second
@@ -111,8 +126,13 @@ def _image_body(scene, **overrides):
 
 
 def test_an_image_sent_as_jpeg_is_read_too(engine, model_name, scene):
-    tensor = {"name": "photo", "shape": [1], "datatype": "BYTES", "data": [encode_image(scene.pixels, ".jpg")],
-              "parameters": {"prompts": PROMPTS}}
+    tensor = {
+        "name": "photo",
+        "shape": [1],
+        "datatype": "BYTES",
+        "data": [encode_image(scene.pixels, ".jpg")],
+        "parameters": {"prompts": PROMPTS},
+    }
     response = infer(engine, model_name, chariot_request(tensor))
     assert response.status_code == 200, response.text
 
@@ -122,7 +142,9 @@ def test_json_is_read_whatever_the_content_type_says(engine, model_name, scene, 
     # curl -d sends form data's content type; many clients send none.
     body = json.dumps(_image_body(scene)).encode()
     headers = {"Content-Type": content_type} if content_type else {}
-    request = requests.Request("POST", f"{engine.url}/v2/models/{model_name}/infer", data=body, headers=headers).prepare()
+    request = requests.Request(
+        "POST", f"{engine.url}/v2/models/{model_name}/infer", data=body, headers=headers
+    ).prepare()
     if content_type is None:
         request.headers.pop("Content-Type", None)
     response = requests.Session().send(request, timeout=30)

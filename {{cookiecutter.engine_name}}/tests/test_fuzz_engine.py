@@ -11,8 +11,12 @@ from bad_requests import GOOD
 from fuzzing import requests_
 
 PATHS = ["/v2/models/{model}/infer", "/v2/models/{model}/infer/", "/infer"]
-BOUNDED = settings(max_examples=120, deadline=None, database=None,
-                   suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+BOUNDED = settings(
+    max_examples=120,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
 
 
 def answered_as_a_client(response):

@@ -91,8 +91,15 @@ def test_raw_image_bytes_are_read_like_base64(engine, stub, model_name, scene):
 
 def test_a_photo_beyond_grpc_default_4_mib_is_served(stub, model_name):
     noise = np.random.default_rng(7).integers(0, 256, (1400, 1400, 3), dtype=np.uint8)
-    body = chariot_request({"name": "photo", "shape": [1], "datatype": "BYTES", "data": [encode_image(noise)],
-                            "parameters": {"prompts": PROMPTS}})
+    body = chariot_request(
+        {
+            "name": "photo",
+            "shape": [1],
+            "datatype": "BYTES",
+            "data": [encode_image(noise)],
+            "parameters": {"prompts": PROMPTS},
+        }
+    )
     request = grpc_request(body, model_name)
     assert request.ByteSize() > 5 << 20
     assert "photo" in grpc_results(stub.ModelInfer(request))
@@ -149,21 +156,27 @@ def test_unknown_model_is_not_found_on_every_call(engine, stub, scene):
 @pytest.fixture(scope="module")
 def small_engine(package):
     """An engine of its own, whose model the repository tests unload, with a 1 MiB request limit."""
-    with run_engine(package, src=Path(__file__).resolve().parents[1] / "src", env={"CHARIOT_MAX_REQUEST_MB": "1"}) as running:
+    with run_engine(
+        package, src=Path(__file__).resolve().parents[1] / "src", env={"CHARIOT_MAX_REQUEST_MB": "1"}
+    ) as running:
         with grpc.insecure_channel(running.grpc_address) as channel:
             yield running, GRPCInferenceServiceStub(channel)
 
 
 def test_one_request_size_limit_on_both_transports(small_engine, model_name):
     engine, stub = small_engine
-    oversize = chariot_request({"name": "image-0", "shape": [1], "datatype": "BYTES",
-                                "data": [base64.b64encode(bytes(1 << 20)).decode()]})
+    oversize = chariot_request(
+        {"name": "image-0", "shape": [1], "datatype": "BYTES", "data": [base64.b64encode(bytes(1 << 20)).decode()]}
+    )
     declared = rest(engine, model_name, oversize)
     assert declared.status_code == 413
     assert "1,048,576 bytes" in declared.json()["error"] and "CHARIOT_MAX_REQUEST_MB" in declared.json()["error"]
     raw = json.dumps(oversize).encode()
-    chunked = requests.post(f"{engine.url}/v2/models/{model_name}/infer",
-                            data=(raw[i:i + 65536] for i in range(0, len(raw), 65536)), timeout=30)
+    chunked = requests.post(
+        f"{engine.url}/v2/models/{model_name}/infer",
+        data=(raw[i : i + 65536] for i in range(0, len(raw), 65536)),
+        timeout=30,
+    )
     assert chunked.status_code == 413, chunked.text
     error = grpc_error(lambda: stub.ModelInfer(grpc_request(oversize, model_name)))
     assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED

@@ -64,38 +64,96 @@ def golden_requests(scene, only_red):
     both = [scene, only_red]
     return {
         # KServe V1: rows of named features, under instances and under inputs.
-        "instances of named inputs": (":predict", {"instances": [{"image": {"b64": b64}, "prompts": PROMPTS},
-                                                                 {"image": {"b64": red_b64}, "prompts": PROMPTS}]}, both),
-        "inputs of named inputs": (":predict", {"inputs": [{"image": {"b64": b64}, "prompts": PROMPTS},
-                                                           {"image": {"b64": red_b64}, "prompts": PROMPTS}]}, both),
+        "instances of named inputs": (
+            ":predict",
+            {
+                "instances": [
+                    {"image": {"b64": b64}, "prompts": PROMPTS},
+                    {"image": {"b64": red_b64}, "prompts": PROMPTS},
+                ]
+            },
+            both,
+        ),
+        "inputs of named inputs": (
+            ":predict",
+            {"inputs": [{"image": {"b64": b64}, "prompts": PROMPTS}, {"image": {"b64": red_b64}, "prompts": PROMPTS}]},
+            both,
+        ),
         # KServe V1's simpler payloads: each row a list of values, here the image's RGB pixels.
-        "instances of value lists": (":predict", {"instances": [scene.tolist(), only_red.tolist()],
-                                                  "parameters": {"prompts": PROMPTS}}, both),
-        "inputs of value lists": (":predict", {"inputs": [scene.tolist(), only_red.tolist()],
-                                               "parameters": {"prompts": PROMPTS}}, both),
+        "instances of value lists": (
+            ":predict",
+            {"instances": [scene.tolist(), only_red.tolist()], "parameters": {"prompts": PROMPTS}},
+            both,
+        ),
+        "inputs of value lists": (
+            ":predict",
+            {"inputs": [scene.tolist(), only_red.tolist()], "parameters": {"prompts": PROMPTS}},
+            both,
+        ),
         # TF Serving: one unnamed input per row, binary values as {"b64": ...}, or plain base64 strings.
-        "instances of b64 values": (":predict", {"signature_name": "serving_default",
-                                                 "instances": [{"b64": b64}, {"b64": red_b64}],
-                                                 "parameters": {"prompts": PROMPTS}}, both),
+        "instances of b64 values": (
+            ":predict",
+            {
+                "signature_name": "serving_default",
+                "instances": [{"b64": b64}, {"b64": red_b64}],
+                "parameters": {"prompts": PROMPTS},
+            },
+            both,
+        ),
         "instances of strings": (":predict", {"instances": [b64, red_b64], "parameters": {"prompts": PROMPTS}}, both),
         # TF Serving: several named inputs per row; the extra ones reach predict as the image's parameters.
-        "instances of several named inputs": (":predict", {"instances": [
-            {"tag": "foo", "signal": [1, 2, 3, 4, 5], "sensor": [[1, 2], [3, 4]], "image": {"b64": b64}, "prompts": PROMPTS},
-            {"tag": "bar", "signal": [3, 4, 1, 2, 5], "sensor": [[4, 5], [6, 8]], "image": {"b64": red_b64}, "prompts": PROMPTS},
-        ]}, both),
+        "instances of several named inputs": (
+            ":predict",
+            {
+                "instances": [
+                    {
+                        "tag": "foo",
+                        "signal": [1, 2, 3, 4, 5],
+                        "sensor": [[1, 2], [3, 4]],
+                        "image": {"b64": b64},
+                        "prompts": PROMPTS,
+                    },
+                    {
+                        "tag": "bar",
+                        "signal": [3, 4, 1, 2, 5],
+                        "sensor": [[4, 5], [6, 8]],
+                        "image": {"b64": red_b64},
+                        "prompts": PROMPTS,
+                    },
+                ]
+            },
+            both,
+        ),
         # TF Serving: the columnar form, one list per named input.
-        "columnar inputs": (":predict", {"inputs": {"tag": ["foo", "bar"], "image": [{"b64": b64}, {"b64": red_b64}],
-                                                    "prompts": PROMPTS}}, both),
+        "columnar inputs": (
+            ":predict",
+            {"inputs": {"tag": ["foo", "bar"], "image": [{"b64": b64}, {"b64": red_b64}], "prompts": PROMPTS}},
+            both,
+        ),
         # TF Serving: the image under a name of the client's choosing, e.g. a `_bytes` tensor.
-        "instances with image_bytes": (":predict", {"instances": [{"image_bytes": {"b64": b64}, "prompts": PROMPTS}]},
-                                       [scene]),
+        "instances with image_bytes": (
+            ":predict",
+            {"instances": [{"image_bytes": {"b64": b64}, "prompts": PROMPTS}]},
+            [scene],
+        ),
         # TF Serving's JSON conformance example: NaN and Infinity among the inputs.
-        "NaN and Infinity": (":predict", '{"instances": [{"image": {"b64": "' + b64 + '"}, "sensor_readings": [1.0, -3.14, '
-                                         'NaN, Infinity, -Infinity]}], "parameters": {"prompts": ' + json.dumps(PROMPTS) + "}}",
-                             [scene]),
+        "NaN and Infinity": (
+            ":predict",
+            '{"instances": [{"image": {"b64": "' + b64 + '"}, "sensor_readings": [1.0, -3.14, '
+            'NaN, Infinity, -Infinity]}], "parameters": {"prompts": ' + json.dumps(PROMPTS) + "}}",
+            [scene],
+        ),
         # TF Serving's version and label paths.
-        "a version path": ("/versions/1:predict", {"instances": [{"b64": b64}], "parameters": {"prompts": PROMPTS}}, [scene]),
-        "a label path": ("/labels/stable:predict", {"instances": [{"b64": b64}], "parameters": {"prompts": PROMPTS}}, [scene]),
+        "a version path": (
+            "/versions/1:predict",
+            {"instances": [{"b64": b64}], "parameters": {"prompts": PROMPTS}},
+            [scene],
+        ),
+        "a label path": (
+            "/labels/stable:predict",
+            {"instances": [{"b64": b64}], "parameters": {"prompts": PROMPTS}},
+            [scene],
+        ),
     }
 
 
@@ -129,7 +187,8 @@ def test_settings_travel_per_instance_and_at_the_top_level(engine, model_name, t
 def test_any_chariot_model_id_reaches_the_model(engine, model_name, b64):
     body = {"instances": [{"b64": b64}], "parameters": {"prompts": PROMPTS}}
     assert predictions(engine, "/v1/models/m-0a1b2c3d:predict", body, 1) == predictions(
-        engine, f"/v1/models/{model_name}:predict", body, 1)
+        engine, f"/v1/models/{model_name}:predict", body, 1
+    )
 
 
 def test_explain_gives_predictions_and_one_explanation_per_instance(engine, model_name, task, scene, b64, only_red):
@@ -146,14 +205,21 @@ def test_explain_gives_predictions_and_one_explanation_per_instance(engine, mode
         assert max(scores) > 0, "blanking what the model found changes its answer"
         if task is not TaskType.IMAGE_TEXT_TO_TEXT:
             assert all(s <= r["score"] + 1e-9 for s, r in zip(scores, results, strict=True))
-    columnar = post(engine, f"/v1/models/{model_name}:explain", {"inputs": {"image": [{"b64": b64}], "prompts": PROMPTS}})
+    columnar = post(
+        engine, f"/v1/models/{model_name}:explain", {"inputs": {"image": [{"b64": b64}], "prompts": PROMPTS}}
+    )
     assert columnar.json()["explanations"] == answer["explanations"][:1]
 
 
 def test_classify_answers_label_score_pairs_for_image_classification(engine, model_name, task, scene, b64, only_red):
-    body = {"signature_name": "classify", "context": {"prompts": PROMPTS},
-            "examples": [{"image": {"b64": b64}, "caption": "seaside"},
-                         {"image": {"b64": encode_image(only_red)}, "caption": "mountains"}]}
+    body = {
+        "signature_name": "classify",
+        "context": {"prompts": PROMPTS},
+        "examples": [
+            {"image": {"b64": b64}, "caption": "seaside"},
+            {"image": {"b64": encode_image(only_red)}, "caption": "mountains"},
+        ],
+    }
     response = post(engine, f"/v1/models/{model_name}:classify", body)
     if task is not TaskType.IMAGE_CLASSIFICATION:
         assert response.status_code == 400
@@ -177,7 +243,9 @@ def test_list_status_and_metadata(engine, model_name, task):
         assert response.json() == {
             "name": model_name,
             "ready": True,
-            "model_version_status": [{"version": "1", "state": "AVAILABLE", "status": {"error_code": "OK", "error_message": ""}}],
+            "model_version_status": [
+                {"version": "1", "state": "AVAILABLE", "status": {"error_code": "OK", "error_message": ""}}
+            ],
         }
         metadata = requests.get(f"{engine.url}/v1/models/{model_name}{suffix}/metadata", timeout=5).json()
         assert metadata["model_spec"] == {"name": model_name, "signature_name": "", "version": "1"}
@@ -196,23 +264,77 @@ def test_list_status_and_metadata(engine, model_name, task):
 def _bad(b64):
     image = {"b64": b64}
     return [
-        ("both instances and inputs", ":predict", {"instances": [image], "inputs": [image]}, 400, "both 'instances' and 'inputs'"),
-        ("neither instances nor inputs", ":predict", {"signature_name": "serving_default"}, 400, "neither 'instances' nor 'inputs'"),
+        (
+            "both instances and inputs",
+            ":predict",
+            {"instances": [image], "inputs": [image]},
+            400,
+            "both 'instances' and 'inputs'",
+        ),
+        (
+            "neither instances nor inputs",
+            ":predict",
+            {"signature_name": "serving_default"},
+            400,
+            "neither 'instances' nor 'inputs'",
+        ),
         ("empty instances", ":predict", {"instances": []}, 400, "'instances' must be a non-empty list"),
-        ("bad b64", ":predict", {"instances": [{"b64": "@@not base64@@"}]}, 400, "instances[0].b64 is not valid base64"),
-        ("b64 of no image", ":predict", {"instances": [{"b64": base64.b64encode(b"hello").decode()}], "parameters": {"prompts": PROMPTS}}, 400, "input 'instances[0]': data[0] is not an image"),
+        (
+            "bad b64",
+            ":predict",
+            {"instances": [{"b64": "@@not base64@@"}]},
+            400,
+            "instances[0].b64 is not valid base64",
+        ),
+        (
+            "b64 of no image",
+            ":predict",
+            {"instances": [{"b64": base64.b64encode(b"hello").decode()}], "parameters": {"prompts": PROMPTS}},
+            400,
+            "input 'instances[0]': data[0] is not an image",
+        ),
         ("a number for an image", ":predict", {"instances": [1.0, 2.0, 5.0]}, 400, "instances[0] is not an image"),
-        ("two images in one row", ":predict", {"instances": [{"a": image, "b": image}]}, 400, "instances[0] holds 2 images"),
+        (
+            "two images in one row",
+            ":predict",
+            {"instances": [{"a": image, "b": image}]},
+            400,
+            "instances[0] holds 2 images",
+        ),
         ("pixels out of range", ":predict", {"instances": [[[[0, 0, 256]]]]}, 400, "whole numbers from 0 to 255"),
         ("NaN pixels", ":predict", '{"instances": [[[[0, 0, NaN]]]]}', 400, "whole numbers from 0 to 255"),
         ("grey pixels", ":predict", {"instances": [[[1, 2], [3, 4]]]}, 400, "height x width x 3"),
-        ("unknown action", ":predict", {"instances": [{"image": image, "action": "explode", "prompts": PROMPTS}]}, 400, "unknown action 'explode'"),
-        ("score_threshold NaN", ":predict", '{"instances": [{"image": {"b64": "' + b64 + '"}, "score_threshold": NaN, "prompts": ["a"]}]}', 400, "score_threshold"),
+        (
+            "unknown action",
+            ":predict",
+            {"instances": [{"image": image, "action": "explode", "prompts": PROMPTS}]},
+            400,
+            "unknown action 'explode'",
+        ),
+        (
+            "score_threshold NaN",
+            ":predict",
+            '{"instances": [{"image": {"b64": "' + b64 + '"}, "score_threshold": NaN, "prompts": ["a"]}]}',
+            400,
+            "score_threshold",
+        ),
         ("unknown top-level key", ":predict", {"instance": [image]}, 400, "unknown key 'instance'"),
-        ("unknown signature", ":predict", {"signature_name": "tensorflow/serving/regress", "instances": [image]}, 400, "signature_name"),
+        (
+            "unknown signature",
+            ":predict",
+            {"signature_name": "tensorflow/serving/regress", "instances": [image]},
+            400,
+            "signature_name",
+        ),
         ("malformed JSON", ":predict", "{not json", 400, "not valid JSON"),
         ("body not an object", ":predict", "[1, 2]", 400, "JSON object"),
-        ("regress", ":regress", {"signature_name": "tensorflow/serving/regress", "examples": [{"x": 1.0}, {"x": 2.0}]}, 400, "does not regress"),
+        (
+            "regress",
+            ":regress",
+            {"signature_name": "tensorflow/serving/regress", "examples": [{"x": 1.0}, {"x": 2.0}]},
+            400,
+            "does not regress",
+        ),
         ("unknown verb", ":train", {"instances": [image]}, 404, "the verbs are"),
         ("unknown version", "/versions/7:predict", {"instances": [image]}, 404, "has no version '7'"),
     ]
@@ -223,11 +345,13 @@ BAD_CASES = [case[0] for case in _bad("")]
 
 @pytest.mark.parametrize("case", BAD_CASES)
 def test_bad_requests_get_a_clear_error_and_the_engine_keeps_serving(engine, model_name, b64, case):
-    (_, suffix, body, status, message), = [c for c in _bad(b64) if c[0] == case]
+    ((_, suffix, body, status, message),) = [c for c in _bad(b64) if c[0] == case]
     response = post(engine, f"/v1/models/{model_name}{suffix}", body)
     assert response.status_code == status, response.text
     assert message in response.json()["error"]
-    good = post(engine, f"/v1/models/{model_name}:predict", {"instances": [{"b64": b64}], "parameters": {"prompts": PROMPTS}})
+    good = post(
+        engine, f"/v1/models/{model_name}:predict", {"instances": [{"b64": b64}], "parameters": {"prompts": PROMPTS}}
+    )
     assert good.status_code == 200 and engine.alive()
 
 
@@ -238,13 +362,19 @@ def test_classify_errors(engine, model_name, task, b64):
         return
     no_examples = post(engine, path, {"instances": [{"b64": b64}]})
     assert no_examples.status_code == 400 and "unknown key 'instances'" in no_examples.json()["error"]
-    repeated = post(engine, path, {"context": {"action": "predict"}, "examples": [{"image": {"b64": b64}, "action": "predict"}]})
+    repeated = post(
+        engine, path, {"context": {"action": "predict"}, "examples": [{"image": {"b64": b64}, "action": "predict"}]}
+    )
     assert repeated.status_code == 400 and "examples[0] repeats 'action' from 'context'" in repeated.json()["error"]
 
 
 def test_unknown_model_or_version_is_404(engine, model_name):
     assert post(engine, "/v1/models/half:predict", {"instances": [1.0, 5.0]}).status_code == 404
-    for path in ("/v1/models/half", f"/v1/models/{model_name}/versions/2", f"/v1/models/{model_name}/versions/2/metadata"):
+    for path in (
+        "/v1/models/half",
+        f"/v1/models/{model_name}/versions/2",
+        f"/v1/models/{model_name}/versions/2/metadata",
+    ):
         response = requests.get(engine.url + path, timeout=5)
         assert response.status_code == 404 and response.json()["error"], path
     assert "no route" in requests.get(f"{engine.url}/v1/models/{model_name}/signatures", timeout=5).json()["error"]

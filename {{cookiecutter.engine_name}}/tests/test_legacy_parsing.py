@@ -40,16 +40,19 @@ def test_nan_and_infinity_are_read_as_tensorflow_serving_reads_them():
     bad(lambda: read_body(b"[1]"), "must be a JSON object, got list")
 
 
-@pytest.mark.parametrize("body", [
-    {"instances": [{"b64": B64}]},
-    {"instances": [B64]},
-    {"instances": [PIXELS.tolist()]},
-    {"inputs": [{"image": {"b64": B64}}]},
-    {"inputs": {"image": [{"b64": B64}]}},
-    {"inputs": {"image": {"b64": B64}}},
-    {"inputs": {"photo": [{"b64": B64}]}},
-    {"instances": [{"image_bytes": {"b64": B64}}]},
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"instances": [{"b64": B64}]},
+        {"instances": [B64]},
+        {"instances": [PIXELS.tolist()]},
+        {"inputs": [{"image": {"b64": B64}}]},
+        {"inputs": {"image": [{"b64": B64}]}},
+        {"inputs": {"image": {"b64": B64}}},
+        {"inputs": {"photo": [{"b64": B64}]}},
+        {"instances": [{"image_bytes": {"b64": B64}}]},
+    ],
+)
 def test_every_image_form_decodes_to_the_same_pixels(body):
     (image,) = parse_predict(body, OD).images
     assert np.array_equal(decode_image(image.encoded, "image"), PIXELS)
@@ -63,8 +66,10 @@ def test_rows_are_named_after_where_they_sit():
 
 
 def test_settings_beside_the_image_win_over_the_request_parameters():
-    body = {"instances": [{"image": {"b64": B64}, "score_threshold": 0.4, "camera": "north"}, {"b64": B64}],
-            "parameters": {"score_threshold": 0.9, "action": "predict"}}
+    body = {
+        "instances": [{"image": {"b64": B64}, "score_threshold": 0.4, "camera": "north"}, {"b64": B64}],
+        "parameters": {"score_threshold": 0.9, "action": "predict"},
+    }
     first, second = parse_predict(body, OD).images
     assert (first.score_threshold, first.action, first.parameters["camera"]) == (0.4, "predict", "north")
     assert (second.score_threshold, second.action) == (0.9, "predict")
@@ -85,39 +90,44 @@ def test_classify_defaults_to_every_label_and_keeps_context_apart():
     assert image.action == "predict_proba" and image.parameters == {"action": "predict_proba", "tag": 1, "caption": "x"}
     (top,) = parse_classify({"examples": [{"b64": B64}], "context": {"action": "predict"}}, IC).images
     assert top.action == "predict"
-    bad(lambda: parse_classify({"examples": [{"image": B64, "tag": 2}], "context": {"tag": 1}}, IC),
-        "examples[0] repeats 'tag' from 'context'")
+    bad(
+        lambda: parse_classify({"examples": [{"image": B64, "tag": 2}], "context": {"tag": 1}}, IC),
+        "examples[0] repeats 'tag' from 'context'",
+    )
     bad(lambda: parse_classify({"context": {}}, IC), "no 'examples'")
 
 
-@pytest.mark.parametrize("body, fragments", [
-    ({"instances": [B64], "inputs": [B64]}, ["both 'instances' and 'inputs'"]),
-    ({}, ["neither 'instances' nor 'inputs'"]),
-    ({"instances": {}}, ["'instances' must be a non-empty list"]),
-    ({"instances": [{"b64": "@@"}]}, ["instances[0].b64 is not valid base64"]),
-    ({"instances": ["@@"]}, ["instances[0] is not valid base64"]),
-    ({"instances": [{"b64": ""}]}, ["instances[0].b64 is empty"]),
-    ({"instances": [{"b64": B64, "x": 1}]}, ["instances[0] must be {\"b64\""]),
-    ({"instances": [{"b64": 7}]}, ["instances[0] must be {\"b64\""]),
-    ({"instances": [3.5]}, ["instances[0] is not an image"]),
-    ({"instances": [{"tag": "foo"}]}, ["instances[0] holds no image"]),
-    ({"instances": [{"image": 3}]}, ["instances[0].image is not an image"]),
-    ({"instances": [{"a": {"b64": B64}, "b": {"b64": B64}}]}, ["instances[0] holds 2 images (a, b)"]),
-    ({"instances": [[[1, 2], [3, 4]]]}, ["shape [2, 2]", "height x width x 3"]),
-    ({"instances": [[[[1, 2, "x"]]]]}, ["instances[0] is not an image"]),
-    ({"instances": [[[[1.5, 2, 3]]]]}, ["whole numbers from 0 to 255"]),
-    ({"instances": [[[[-1, 2, 3]]]]}, ["whole numbers from 0 to 255"]),
-    ({"instances": [[[[float("nan"), 2, 3]]]]}, ["whole numbers from 0 to 255"]),
-    ({"inputs": {"tag": ["a"]}}, ["'inputs' holds no image column"]),
-    ({"inputs": {"image": [{"image": {"b64": B64}, "action": "predict"}]}}, ["inputs.image[0] must be an image"]),
-    ({"instances": [B64], "parameters": []}, ["'parameters' must be a JSON object"]),
-    ({"instances": [B64], "parameters": {"content_type": "str"}}, ["'content_type' is not a setting"]),
-    ({"instances": [{"image": B64, "headers": {}}]}, ["instances[0]: 'headers' is not a setting"]),
-    ({"instances": [B64], "signature_name": "other"}, ["signature_name 'other'", "'serving_default'"]),
-    ({"instances": [B64], "id": "x"}, ["unknown key 'id'"]),
-    ({"instances": [{"image": B64, "action": "explode"}]}, ["input 'instances[0]'", "unknown action 'explode'"]),
-    ({"instances": [{"image": B64, "score_threshold": float("nan")}]}, ["'score_threshold'", "between 0 and 1"]),
-])
+@pytest.mark.parametrize(
+    "body, fragments",
+    [
+        ({"instances": [B64], "inputs": [B64]}, ["both 'instances' and 'inputs'"]),
+        ({}, ["neither 'instances' nor 'inputs'"]),
+        ({"instances": {}}, ["'instances' must be a non-empty list"]),
+        ({"instances": [{"b64": "@@"}]}, ["instances[0].b64 is not valid base64"]),
+        ({"instances": ["@@"]}, ["instances[0] is not valid base64"]),
+        ({"instances": [{"b64": ""}]}, ["instances[0].b64 is empty"]),
+        ({"instances": [{"b64": B64, "x": 1}]}, ['instances[0] must be {"b64"']),
+        ({"instances": [{"b64": 7}]}, ['instances[0] must be {"b64"']),
+        ({"instances": [3.5]}, ["instances[0] is not an image"]),
+        ({"instances": [{"tag": "foo"}]}, ["instances[0] holds no image"]),
+        ({"instances": [{"image": 3}]}, ["instances[0].image is not an image"]),
+        ({"instances": [{"a": {"b64": B64}, "b": {"b64": B64}}]}, ["instances[0] holds 2 images (a, b)"]),
+        ({"instances": [[[1, 2], [3, 4]]]}, ["shape [2, 2]", "height x width x 3"]),
+        ({"instances": [[[[1, 2, "x"]]]]}, ["instances[0] is not an image"]),
+        ({"instances": [[[[1.5, 2, 3]]]]}, ["whole numbers from 0 to 255"]),
+        ({"instances": [[[[-1, 2, 3]]]]}, ["whole numbers from 0 to 255"]),
+        ({"instances": [[[[float("nan"), 2, 3]]]]}, ["whole numbers from 0 to 255"]),
+        ({"inputs": {"tag": ["a"]}}, ["'inputs' holds no image column"]),
+        ({"inputs": {"image": [{"image": {"b64": B64}, "action": "predict"}]}}, ["inputs.image[0] must be an image"]),
+        ({"instances": [B64], "parameters": []}, ["'parameters' must be a JSON object"]),
+        ({"instances": [B64], "parameters": {"content_type": "str"}}, ["'content_type' is not a setting"]),
+        ({"instances": [{"image": B64, "headers": {}}]}, ["instances[0]: 'headers' is not a setting"]),
+        ({"instances": [B64], "signature_name": "other"}, ["signature_name 'other'", "'serving_default'"]),
+        ({"instances": [B64], "id": "x"}, ["unknown key 'id'"]),
+        ({"instances": [{"image": B64, "action": "explode"}]}, ["input 'instances[0]'", "unknown action 'explode'"]),
+        ({"instances": [{"image": B64, "score_threshold": float("nan")}]}, ["'score_threshold'", "between 0 and 1"]),
+    ],
+)
 def test_bad_bodies_are_rejected_naming_the_place(body, fragments):
     bad(lambda: parse_predict(body, OD), *fragments)
 
@@ -137,11 +147,14 @@ def test_a_grey_png_is_still_an_rgb_image():
     assert decode_image(image.encoded, "x").shape == (3, 3, 3)
 
 
-@pytest.mark.parametrize("path, expected", [
-    ("m-demo", ("m-demo", None, None, None)),
-    ("m-demo/versions/3", ("m-demo", "3", None, None)),
-    ("m-demo/labels/stable/metadata", ("m-demo", None, "stable", "/metadata")),
-])
+@pytest.mark.parametrize(
+    "path, expected",
+    [
+        ("m-demo", ("m-demo", None, None, None)),
+        ("m-demo/versions/3", ("m-demo", "3", None, None)),
+        ("m-demo/labels/stable/metadata", ("m-demo", None, "stable", "/metadata")),
+    ],
+)
 def test_status_paths(path, expected):
     match = STATUS_PATH.fullmatch(path)
     assert (match["name"], match["version"], match["label"], match["metadata"]) == expected
@@ -161,18 +174,24 @@ def test_status_says_loading_until_ready():
 
 
 def test_metadata_offers_classify_only_for_image_classification():
-    assert set(model_metadata("m", "1", IC)["metadata"]["signature_def"]["signature_def"]) == {"serving_default", "classify"}
+    assert set(model_metadata("m", "1", IC)["metadata"]["signature_def"]["signature_def"]) == {
+        "serving_default",
+        "classify",
+    }
     assert set(model_metadata("m", "1", OD)["metadata"]["signature_def"]["signature_def"]) == {"serving_default"}
 
 
 def test_classify_renders_label_score_pairs():
     assert render_classify([[{"label": "a", "score": 0.7}, {"label": "b", "score": 0.3}], []]) == {
-        "results": [[["a", 0.7], ["b", 0.3]], []]}
+        "results": [[["a", 0.7], ["b", 0.3]], []]
+    }
 
 
 def test_explanations_must_be_one_json_object_per_image():
     assert validate_explanations([{"importance_scores": [0.5]}], 1) == [{"importance_scores": [0.5]}]
-    expect_error(lambda: validate_explanations([{}], 2), InvalidResult, "one JSON object per image (2), got a list of 1")
+    expect_error(
+        lambda: validate_explanations([{}], 2), InvalidResult, "one JSON object per image (2), got a list of 1"
+    )
     expect_error(lambda: validate_explanations(None, 1), InvalidResult, "got NoneType")
     expect_error(lambda: validate_explanations([[0.5]], 1), InvalidResult, "a list for image 0")
     expect_error(lambda: validate_explanations([{"s": float("nan")}], 1), InvalidResult, "image 0 that is not JSON")

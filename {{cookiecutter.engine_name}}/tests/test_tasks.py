@@ -28,8 +28,14 @@ PROTOCOL_EXAMPLES = [
     (Classification, {"label": "cat", "score": 0.7}),
     (Detection, {"label": "cat", "score": 0.6, "xmin": 7, "xmax": 17, "ymin": 50, "ymax": 77}),
     (OrientedDetection, {"label": "dog", "score": 0.99, "cx": 0.3, "cy": 0.7, "w": 0.08, "h": 0.04, "r": -0.1}),
-    (Segmentation, {"label": "cat", "score": 0.5, "contour": [[{"x": 1.0, "y": 2.0}, {"x": 3.0, "y": 4.0}],
-                                                                [{"x": 5.0, "y": 6.0}, {"x": 7.0, "y": 8.0}]]}),
+    (
+        Segmentation,
+        {
+            "label": "cat",
+            "score": 0.5,
+            "contour": [[{"x": 1.0, "y": 2.0}, {"x": 3.0, "y": 4.0}], [{"x": 5.0, "y": 6.0}, {"x": 7.0, "y": 8.0}]],
+        },
+    ),
     (PromptAnswer, {"prompt": "what in picture?", "answer": "dogs and cats"}),
 ]
 BOX = {"label": "box", "score": 0.5, "xmin": 1.0, "xmax": 5.0, "ymin": 2.0, "ymax": 6.0}
@@ -120,7 +126,7 @@ def test_from_mask_contours_enclose_the_drawn_shapes():
     cv2.rectangle(mask, (10, 20), (49, 49), 1, -1)
     cv2.circle(mask, (140, 60), 25, 1, -1)
     segment = Segmentation.from_mask("shapes", 0.7, mask)
-    areas = sorted(cv2.contourArea(np.array([(p.x, p.y) for p in c], np.float32)) for c in segment.contour)
+    areas = sorted(cv2.contourArea(np.array([(p["x"], p["y"]) for p in c], np.float32)) for c in segment.contour)
     assert areas[0] == pytest.approx(39 * 29)
     assert areas[1] == pytest.approx(math.pi * 25**2, rel=0.05)
 
@@ -135,29 +141,42 @@ def test_contours_from_mask_rejects_non_2d():
 
 
 def test_validate_results_accepts_dicts_and_instances():
-    checked = validate_results(TaskType.IMAGE_CLASSIFICATION,
-                               [[{"label": "cat", "score": 0.7}], [Classification(label="dog", score=0.2)], []],
-                               ["a", "b", "c"])
+    checked = validate_results(
+        TaskType.IMAGE_CLASSIFICATION,
+        [[{"label": "cat", "score": 0.7}], [Classification(label="dog", score=0.2)], []],
+        ["a", "b", "c"],
+    )
     assert checked == [[Classification(label="cat", score=0.7)], [Classification(label="dog", score=0.2)], []]
 
 
-@pytest.mark.parametrize("results, got", [([[]], "got a list of 1"), ([[], [], []], "got a list of 3"),
-                                          ({"a": []}, "got dict"), (None, "got NoneType")])
+@pytest.mark.parametrize(
+    "results, got",
+    [([[]], "got a list of 1"), ([[], [], []], "got a list of 3"), ({"a": []}, "got dict"), (None, "got NoneType")],
+)
 def test_validate_results_needs_one_list_per_image(results, got):
-    invalid(lambda: validate_results(TaskType.OBJECT_DETECTION, results, ["a", "b"]),
-            "one list of Detection per image (2)", got)
+    invalid(
+        lambda: validate_results(TaskType.OBJECT_DETECTION, results, ["a", "b"]),
+        "one list of Detection per image (2)",
+        got,
+    )
 
 
-@pytest.mark.parametrize("task, bad, fragments", [
-    (TaskType.IMAGE_CLASSIFICATION, {"label": "cat"}, ["result 1", "field 'score'", "required"]),
-    (TaskType.IMAGE_CLASSIFICATION, {"label": "cat", "score": "high"}, ["result 1", "field 'score'", "number"]),
-    (TaskType.IMAGE_CLASSIFICATION, {"label": "cat", "score": 0.5, "box": 1}, ["result 1", "field 'box'"]),
-    (TaskType.IMAGE_CLASSIFICATION, "cat", ["result 1", "valid dictionary"]),
-    (TaskType.OBJECT_DETECTION, {**BOX, "xmin": 9.0}, ["result 1", "swapped"]),
-    (TaskType.IMAGE_SEGMENTATION, {"label": "a", "score": 0.5, "contour": [[{"x": 1}]]},
-     ["result 1", "field 'contour.y'", "required"]),
-    (TaskType.IMAGE_TEXT_TO_TEXT, {"prompt": "q"}, ["result 1", "field 'answer'"]),
-])
+@pytest.mark.parametrize(
+    "task, bad, fragments",
+    [
+        (TaskType.IMAGE_CLASSIFICATION, {"label": "cat"}, ["result 1", "field 'score'", "required"]),
+        (TaskType.IMAGE_CLASSIFICATION, {"label": "cat", "score": "high"}, ["result 1", "field 'score'", "number"]),
+        (TaskType.IMAGE_CLASSIFICATION, {"label": "cat", "score": 0.5, "box": 1}, ["result 1", "field 'box'"]),
+        (TaskType.IMAGE_CLASSIFICATION, "cat", ["result 1", "valid dictionary"]),
+        (TaskType.OBJECT_DETECTION, {**BOX, "xmin": 9.0}, ["result 1", "swapped"]),
+        (
+            TaskType.IMAGE_SEGMENTATION,
+            {"label": "a", "score": 0.5, "contour": [[{"x": 1}]]},
+            ["result 1", "field 'contour.y'", "required"],
+        ),
+        (TaskType.IMAGE_TEXT_TO_TEXT, {"prompt": "q"}, ["result 1", "field 'answer'"]),
+    ],
+)
 def test_validate_results_names_image_result_and_field(task, bad, fragments):
     good = {
         TaskType.IMAGE_CLASSIFICATION: {"label": "dog", "score": 0.1},
@@ -165,13 +184,18 @@ def test_validate_results_names_image_result_and_field(task, bad, fragments):
         TaskType.IMAGE_SEGMENTATION: {"label": "a", "score": 0.5, "contour": [[{"x": 1, "y": 2}]]},
         TaskType.IMAGE_TEXT_TO_TEXT: {"prompt": "q", "answer": "a"},
     }[task]
-    invalid(lambda: validate_results(task, [[good], [good, bad]], ["first", "second"]),
-            "image 1 ('second')", *fragments)
+    invalid(
+        lambda: validate_results(task, [[good], [good, bad]], ["first", "second"]), "image 1 ('second')", *fragments
+    )
 
 
 def test_validate_results_names_an_image_whose_results_are_not_a_list():
-    invalid(lambda: validate_results(TaskType.IMAGE_CLASSIFICATION, [{"label": "cat", "score": 0.5}], ["only"]),
-            "image 0 ('only')", "the result list", "valid list")
+    invalid(
+        lambda: validate_results(TaskType.IMAGE_CLASSIFICATION, [{"label": "cat", "score": 0.5}], ["only"]),
+        "image 0 ('only')",
+        "the result list",
+        "valid list",
+    )
 
 
 # --- select -------------------------------------------------------------------------------------------------
@@ -190,11 +214,13 @@ def test_classification_predict_proba_keeps_all_sorted_by_score():
     assert [c.label for c in chosen] == ["cat", "dog", "cow"]
 
 
-@pytest.mark.parametrize("threshold, labels", [(0.3, ["cat", "dog"]), (0.31, ["cat"]), (0.0, ["cat", "dog", "cow"]),
-                                               (0.9, [])])
+@pytest.mark.parametrize(
+    "threshold, labels", [(0.3, ["cat", "dog"]), (0.31, ["cat"]), (0.0, ["cat", "dog", "cow"]), (0.9, [])]
+)
 def test_score_threshold_is_inclusive(threshold, labels):
-    chosen = select(TaskType.IMAGE_CLASSIFICATION, SCORES, action="predict_proba", score_threshold=threshold,
-                    prompts=())
+    chosen = select(
+        TaskType.IMAGE_CLASSIFICATION, SCORES, action="predict_proba", score_threshold=threshold, prompts=()
+    )
     assert [c.label for c in chosen] == labels
 
 
@@ -207,9 +233,15 @@ def test_detections_are_filtered_but_keep_their_order():
 
 def test_answers_must_match_the_prompts_in_order():
     answers = [PromptAnswer(prompt="what?", answer="a cat"), PromptAnswer(prompt="where?", answer="on a mat")]
-    kept = select(TaskType.IMAGE_TEXT_TO_TEXT, answers, action="predict", score_threshold=None,
-                  prompts=("what?", "where?"))
+    kept = select(
+        TaskType.IMAGE_TEXT_TO_TEXT, answers, action="predict", score_threshold=None, prompts=("what?", "where?")
+    )
     assert kept == answers
     for prompts in [("where?", "what?"), ("what?",), ("what?", "where?", "why?")]:
-        invalid(lambda prompts=prompts: select(TaskType.IMAGE_TEXT_TO_TEXT, answers, action="predict",
-                                               score_threshold=None, prompts=prompts), "must answer the prompts", repr(list(prompts)))
+        invalid(
+            lambda prompts=prompts: select(
+                TaskType.IMAGE_TEXT_TO_TEXT, answers, action="predict", score_threshold=None, prompts=prompts
+            ),
+            "must answer the prompts",
+            repr(list(prompts)),
+        )

@@ -42,7 +42,9 @@ def test_contours_outline_the_drawn_shapes(engine, model_name, scene):
     assert (x, y, x + w, y + h) == (xmin, ymin, xmax, ymax)
     assert cv2.contourArea(polygon(red)) == (xmax - xmin - 1) * (ymax - ymin - 1)
     (green,) = found["green"]["contour"]
-    assert abs(cv2.contourArea(polygon(green)) - math.pi * scene.green_radius**2) < 0.08 * math.pi * scene.green_radius**2
+    assert (
+        abs(cv2.contourArea(polygon(green)) - math.pi * scene.green_radius**2) < 0.08 * math.pi * scene.green_radius**2
+    )
     (blue,) = found["blue"]["contour"]
     assert cv2.pointPolygonTest(polygon(blue), scene.blue_centre, False) > 0
 

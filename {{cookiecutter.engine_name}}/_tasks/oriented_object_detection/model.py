@@ -40,4 +40,7 @@ class Model(ChariotModel):
     ) -> list[dict]:
         # Optional: answers POST /v1/models/<name>:explain with one explanation per image. The demo explains by
         # occlusion, one importance per result in `results` (what the engine answers for that image).
-        return [{"importance_scores": self.finder.occlusion(image.pixels, chosen)} for image, chosen in zip(images, results, strict=True)]
+        return [
+            {"importance_scores": self.finder.occlusion(image.pixels, chosen)}
+            for image, chosen in zip(images, results, strict=True)
+        ]

@@ -20,8 +20,11 @@ def detect(engine, model_name, scene, **parameters):
 
 def corners(result, width, height):
     """Back to pixel corners, using Chariot's convention: cx, w by width; cy, h by height; r clockwise."""
-    rect = ((result["cx"] * width, result["cy"] * height), (result["w"] * width, result["h"] * height),
-            math.degrees(result["r"]))
+    rect = (
+        (result["cx"] * width, result["cy"] * height),
+        (result["w"] * width, result["h"] * height),
+        math.degrees(result["r"]),
+    )
     return cv2.boxPoints(rect)
 
 

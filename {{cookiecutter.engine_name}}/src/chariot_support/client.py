@@ -50,6 +50,7 @@ class Answer:
 
 # --- the request ------------------------------------------------------------------------------------------------
 
+
 def image_input(name: str, encoded: bytes, parameters: dict[str, Any]) -> dict:
     """One image as Chariot sends it: a BYTES tensor of shape [1] holding standard base64 of the file."""
     tensor: dict[str, Any] = {
@@ -146,14 +147,39 @@ def answers_for(paths: Sequence[Path], names: Sequence[str], reply: dict) -> lis
 # Columns per result format, told apart by their keys; each column is (heading, key, format).
 _LAYOUTS: tuple[tuple[frozenset[str], tuple[tuple[str, str, str], ...]], ...] = (
     (frozenset({"prompt", "answer"}), (("prompt", "prompt", "s"), ("answer", "answer", "s"))),
-    (frozenset({"contour"}), (("label", "label", "s"), ("score", "score", ".3f"), ("contours", "contours", "d"),
-                              ("points", "points", "d"), ("box (x0, y0, x1, y1)", "extent", "s"))),
-    (frozenset({"cx", "cy", "w", "h", "r"}), (("label", "label", "s"), ("score", "score", ".3f"), ("cx", "cx", ".3f"),
-                                              ("cy", "cy", ".3f"), ("w", "w", ".3f"), ("h", "h", ".3f"),
-                                              ("r (rad)", "r", ".3f"))),
-    (frozenset({"xmin", "ymin", "xmax", "ymax"}), (("label", "label", "s"), ("score", "score", ".3f"),
-                                                   ("xmin", "xmin", ".1f"), ("ymin", "ymin", ".1f"),
-                                                   ("xmax", "xmax", ".1f"), ("ymax", "ymax", ".1f"))),
+    (
+        frozenset({"contour"}),
+        (
+            ("label", "label", "s"),
+            ("score", "score", ".3f"),
+            ("contours", "contours", "d"),
+            ("points", "points", "d"),
+            ("box (x0, y0, x1, y1)", "extent", "s"),
+        ),
+    ),
+    (
+        frozenset({"cx", "cy", "w", "h", "r"}),
+        (
+            ("label", "label", "s"),
+            ("score", "score", ".3f"),
+            ("cx", "cx", ".3f"),
+            ("cy", "cy", ".3f"),
+            ("w", "w", ".3f"),
+            ("h", "h", ".3f"),
+            ("r (rad)", "r", ".3f"),
+        ),
+    ),
+    (
+        frozenset({"xmin", "ymin", "xmax", "ymax"}),
+        (
+            ("label", "label", "s"),
+            ("score", "score", ".3f"),
+            ("xmin", "xmin", ".1f"),
+            ("ymin", "ymin", ".1f"),
+            ("xmax", "xmax", ".1f"),
+            ("ymax", "ymax", ".1f"),
+        ),
+    ),
     (frozenset({"label", "score"}), (("label", "label", "s"), ("score", "score", ".3f"))),
 )
 
@@ -204,6 +230,7 @@ def describe(answer: Answer) -> str:
 
 
 # --- drawing ----------------------------------------------------------------------------------------------------
+
 
 def colour_of(label: str) -> tuple[int, int, int]:
     """A colour per label, the same on every run and every image."""
@@ -268,8 +295,11 @@ def draw(image: np.ndarray, results: Sequence[dict]) -> np.ndarray:
             _caption(canvas, caption, top_left, colour, scale)
         elif {"cx", "cy", "w", "h", "r"} <= result.keys():
             # Normalised to the image; OpenCV's angle is clockwise on screen in degrees, as Chariot's r is in radians.
-            rect = ((result["cx"] * width, result["cy"] * height), (result["w"] * width, result["h"] * height),
-                    math.degrees(result["r"]))
+            rect = (
+                (result["cx"] * width, result["cy"] * height),
+                (result["w"] * width, result["h"] * height),
+                math.degrees(result["r"]),
+            )
             corners = np.round(cv2.boxPoints(rect)).astype(np.int32)
             cv2.polylines(canvas, [corners], True, colour, thickness, cv2.LINE_AA)
             top = corners[np.argmin(corners[:, 1])]
@@ -328,6 +358,7 @@ def drawing_paths(images: Sequence[Path], out: Path) -> list[Path]:
 
 # --- the command ------------------------------------------------------------------------------------------------
 
+
 def parser(default_model_id: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         description="Send images to a Chariot engine (chariot-v2-kserve) and show what it found.",
@@ -335,18 +366,35 @@ def parser(default_model_id: str) -> argparse.ArgumentParser:
     )
     p.add_argument("images", nargs="+", type=Path, metavar="IMAGE", help="image files (JPEG, PNG, ...)")
     p.add_argument("--url", default=DEFAULT_URL, help=f"the engine's base URL (default {DEFAULT_URL})")
-    p.add_argument("--model-id", default=default_model_id,
-                   help=f"the model id in /v2/models/m-<id>/infer/ (default {default_model_id})")
+    p.add_argument(
+        "--model-id",
+        default=default_model_id,
+        help=f"the model id in /v2/models/m-<id>/infer/ (default {default_model_id})",
+    )
     p.add_argument("--action", help="the action parameter: predict, predict_proba, detect (default: the engine's)")
-    p.add_argument("--prompt", action="append", default=[], dest="prompts",
-                   help="a prompt for Image Text to Text; repeat for several")
+    p.add_argument(
+        "--prompt",
+        action="append",
+        default=[],
+        dest="prompts",
+        help="a prompt for Image Text to Text; repeat for several",
+    )
     p.add_argument("--score-threshold", type=float, help="drop results scoring under this (0..1)")
     p.add_argument("--metadata", help="Chariot metadata as a JSON object, copied through to the reply")
-    p.add_argument("--draw", type=Path, metavar="OUT",
-                   help="draw the results: OUT is a .png/.jpg file for one image, a folder for several")
+    p.add_argument(
+        "--draw",
+        type=Path,
+        metavar="OUT",
+        help="draw the results: OUT is a .png/.jpg file for one image, a folder for several",
+    )
     p.add_argument("--batch", type=int, default=1, help="images per request (default 1)")
-    p.add_argument("--header", action="append", default=[], metavar="'NAME: VALUE'",
-                   help="an extra HTTP header, e.g. 'Authorization: Bearer <token>' for a deployed model")
+    p.add_argument(
+        "--header",
+        action="append",
+        default=[],
+        metavar="'NAME: VALUE'",
+        help="an extra HTTP header, e.g. 'Authorization: Bearer <token>' for a deployed model",
+    )
     p.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for each reply (default 60)")
     p.add_argument("--json", action="store_true", help="print each raw reply as JSON instead of tables")
     return p
@@ -358,8 +406,10 @@ def _check_metadata(text: str | None) -> str | None:
     try:
         decoded = json.loads(text)
     except ValueError as exc:
-        raise ValueError(f"--metadata is not valid JSON ({exc}); pass an object such as "
-                         '\'{"standard_metadata": {}, "extended_metadata": []}\'') from None
+        raise ValueError(
+            f"--metadata is not valid JSON ({exc}); pass an object such as "
+            '\'{"standard_metadata": {}, "extended_metadata": []}\''
+        ) from None
     if not isinstance(decoded, dict):
         raise ValueError(f"--metadata must be a JSON object, got {type(decoded).__name__}")
     return text  # Chariot sends metadata as this JSON-encoded string, and the engine hands it back unchanged
@@ -416,8 +466,13 @@ def main(argv: Sequence[str] | None = None, *, default_model_id: str = "demo") -
         for start in range(0, len(args.images), args.batch):
             paths = args.images[start : start + args.batch]
             names = [f"image-{start + i}" for i in range(len(paths))]
-            body = build_request(list(zip(names, (p.read_bytes() for p in paths), strict=True)), action=args.action,
-                                 prompts=args.prompts, score_threshold=args.score_threshold, metadata=metadata)
+            body = build_request(
+                list(zip(names, (p.read_bytes() for p in paths), strict=True)),
+                action=args.action,
+                prompts=args.prompts,
+                score_threshold=args.score_threshold,
+                metadata=metadata,
+            )
             reply = post(url, body, timeout=args.timeout, headers=headers)
             answers = answers_for(paths, names, reply)
             if args.json:

@@ -138,9 +138,7 @@ def read_metadata(parameters: Mapping[str, Any], where: str) -> str | None:
         return None
     value = parameters["metadata"]
     if not isinstance(value, str):
-        raise BadRequest(
-            f"{where} must be a JSON-encoded string (json.dumps of an object), got {type(value).__name__}"
-        )
+        raise BadRequest(f"{where} must be a JSON-encoded string (json.dumps of an object), got {type(value).__name__}")
     try:
         decoded = json.loads(value)
     except ValueError as exc:
@@ -173,7 +171,9 @@ def _image_input(
     prompts, prompts_source = _setting("prompts", own, shared)
     prompts = _read_prompts(prompts, f"{where}: 'prompts' in {prompts_source}")
     if task is TaskType.IMAGE_TEXT_TO_TEXT and not prompts:
-        raise BadRequest(f"{where}: Image Text to Text needs a 'prompts' parameter: a list of questions about the image")
+        raise BadRequest(
+            f"{where}: Image Text to Text needs a 'prompts' parameter: a list of questions about the image"
+        )
     merged = {k: v for k, v in {**shared, **own}.items() if k != "metadata"}
     return ImageInput(
         name=tensor.name,
@@ -229,7 +229,9 @@ def _image_bytes(value: Any, where: str) -> bytes:
             # Tolerate line-wrapped base64 (MIME style), nothing else.
             raw = base64.b64decode("".join(value.split()), validate=True)
         except (binascii.Error, ValueError) as exc:
-            raise BadRequest(f"{where}: data[0] is not valid base64 ({exc}); send the image file as standard base64") from None
+            raise BadRequest(
+                f"{where}: data[0] is not valid base64 ({exc}); send the image file as standard base64"
+            ) from None
     if not raw:
         raise BadRequest(f"{where}: data[0] is empty; send the image file as base64")
     return raw
@@ -250,7 +252,9 @@ def decode_image(encoded: bytes, where: str, limits: Limits = DEFAULT_LIMITS) ->
             f"{min(cap, limits.max_image_pixels)}"
         ) from None
     except (PIL.UnidentifiedImageError, OSError, ValueError):
-        raise BadRequest(f"{where}: data[0] is not an image this engine can read (JPEG, PNG, BMP, TIFF, WebP, GIF)") from None
+        raise BadRequest(
+            f"{where}: data[0] is not an image this engine can read (JPEG, PNG, BMP, TIFF, WebP, GIF)"
+        ) from None
     if width * height > limits.max_image_pixels:
         raise BadRequest(
             f"{where}: the image is {width}x{height} pixels, more than the {limits.max_image_pixels} this engine accepts"
@@ -326,7 +330,9 @@ def _check_shape(shape: list[int], count: int, where: str) -> tuple[int, ...]:
         raise BadRequest(f"{where}: shape {shape} has more than one variable (-1) dimension")
     bad = [d for d in shape if d == 0 or d < -1 or d >= 2**63]
     if bad:
-        raise BadRequest(f"{where}: shape {shape} has an invalid dimension {bad[0]}; dimensions are positive, or -1 for variable")
+        raise BadRequest(
+            f"{where}: shape {shape} has an invalid dimension {bad[0]}; dimensions are positive, or -1 for variable"
+        )
     known = math.prod(d for d in shape if d != -1)
     if -1 in shape:
         if count == 0 or count % known:

@@ -99,11 +99,16 @@ class ColourFinder:
                 # score = mean saturation (0..1) * area / (area + 500): both factors in (0, 1].
                 score = float(mean_sat / 255.0 * area / (area + _SIZE_HALF_POINT))
                 (cx, cy), (rw, rh), angle = cv2.minAreaRect(contour)
-                regions.append(ColourRegion(
-                    label=label, score=score, contour=contour, area=area,
-                    bbox=(x, y, x + w, y + h),
-                    rotated_box=((float(cx), float(cy)), (float(rw), float(rh)), float(angle)),
-                ))
+                regions.append(
+                    ColourRegion(
+                        label=label,
+                        score=score,
+                        contour=contour,
+                        area=area,
+                        bbox=(x, y, x + w, y + h),
+                        rotated_box=((float(cx), float(cy)), (float(rw), float(rh)), float(angle)),
+                    )
+                )
         regions.sort(key=lambda r: (-r.score, r.label, r.bbox))
         return regions
 
@@ -135,7 +140,6 @@ class ColourFinder:
             return f"{total} region{'' if total == 1 else 's'} in total: {summary}."
         return f"I found {summary}."
 
-
     def occlusion(self, rgb: np.ndarray, results: Sequence) -> list[float]:
         """Occlusion importance, one number per result: how much its score drops when its region is blanked.
 
@@ -147,7 +151,9 @@ class ColourFinder:
     def _importance(self, rgb: np.ndarray, result) -> float:
         if isinstance(result, PromptAnswer):
             regions = self.find(rgb)
-            changed = [self.describe(_blank(rgb, _region_mask(rgb, r)), result.prompt) != result.answer for r in regions]
+            changed = [
+                self.describe(_blank(rgb, _region_mask(rgb, r)), result.prompt) != result.answer for r in regions
+            ]
             return sum(changed) / len(regions) if regions else 0.0
         if isinstance(result, Classification):
             mask = np.zeros(rgb.shape[:2], np.uint8)
@@ -177,7 +183,7 @@ def _result_mask(rgb: np.ndarray, result) -> np.ndarray:
         rect = ((result.cx * width, result.cy * height), (result.w * width, result.h * height), np.degrees(result.r))
         cv2.fillPoly(mask, [np.round(cv2.boxPoints(rect)).astype(np.int32)], 1)
     elif isinstance(result, Segmentation):
-        polygons = [np.round([(p.x, p.y) for p in points]).astype(np.int32) for points in result.contour]
+        polygons = [np.round([(p["x"], p["y"]) for p in points]).astype(np.int32) for points in result.contour]
         cv2.fillPoly(mask, polygons, 1)
     else:
         raise TypeError(f"no region for a {type(result).__name__}")

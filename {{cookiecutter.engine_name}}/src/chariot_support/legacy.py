@@ -88,7 +88,7 @@ def parse_classify(body: Mapping[str, Any], task: TaskType, limits: Limits = DEF
     _check_keys(body, TOP_LEVEL["classify"])
     _check_signature(body, (DEFAULT_SIGNATURE, "classify"))
     if "examples" not in body:
-        raise BadRequest("the request has no 'examples': send {\"examples\": [{\"image\": {\"b64\": \"...\"}}]}")
+        raise BadRequest('the request has no \'examples\': send {"examples": [{"image": {"b64": "..."}}]}')
     rows = _rows(body["examples"], "examples")
     context = _object(body.get("context", {}), "context")
     for name, (_, own) in rows:
@@ -109,7 +109,9 @@ def _check_keys(body: Mapping[str, Any], allowed: tuple[str, ...]) -> None:
 def _check_signature(body: Mapping[str, Any], known: tuple[str, ...]) -> None:
     signature = body.get("signature_name")
     if signature not in (None, "", *known):
-        raise BadRequest(f"signature_name {signature!r} is not served here; this engine serves {', '.join(map(repr, known))}")
+        raise BadRequest(
+            f"signature_name {signature!r} is not served here; this engine serves {', '.join(map(repr, known))}"
+        )
 
 
 def _object(value: Any, where: str) -> dict:
@@ -133,16 +135,19 @@ def _instance(item: Any, where: str) -> tuple[Any, dict]:
     if image is not None:
         return image, {}
     if not isinstance(item, dict):
-        raise BadRequest(f"{where} is not an image: send {{\"b64\": \"<base64 of the file>\"}}, or an object such as "
-                         "{\"image\": {\"b64\": \"...\"}} with the image's settings beside it")
+        raise BadRequest(
+            f'{where} is not an image: send {{"b64": "<base64 of the file>"}}, or an object such as '
+            '{"image": {"b64": "..."}} with the image\'s settings beside it'
+        )
     keys = _image_keys(item)
     if len(keys) != 1:
         found = "no image" if not keys else f"{len(keys)} images ({', '.join(keys)})"
-        raise BadRequest(f"{where} holds {found}; put exactly one image in each entry, under 'image' or as "
-                         "a {\"b64\": ...} value")
+        raise BadRequest(
+            f"{where} holds {found}; put exactly one image in each entry, under 'image' or as a {{\"b64\": ...}} value"
+        )
     image = _image_value(item[keys[0]], f"{where}.{keys[0]}")
     if image is None:
-        raise BadRequest(f"{where}.{keys[0]} is not an image: send {{\"b64\": \"<base64 of the file>\"}}")
+        raise BadRequest(f'{where}.{keys[0]} is not an image: send {{"b64": "<base64 of the file>"}}')
     own = {k: v for k, v in item.items() if k != keys[0]}
     return image, _settings(own, where)
 
@@ -155,8 +160,11 @@ def _image_keys(item: Mapping[str, Any]) -> list[str]:
 
 def _columns(columns: Mapping[str, Any]) -> tuple[list[Row], dict]:
     """Columnar inputs: the image column holds one image per row; every other column applies to all images."""
-    keys = _image_keys(columns) or [k for k, v in columns.items() if isinstance(v, list) and v and
-                                    all(isinstance(i, dict) and "b64" in i for i in v)]
+    keys = _image_keys(columns) or [
+        k
+        for k, v in columns.items()
+        if isinstance(v, list) and v and all(isinstance(i, dict) and "b64" in i for i in v)
+    ]
     if len(keys) != 1:
         found = "no image column" if not keys else f"{len(keys)} image columns ({', '.join(keys)})"
         raise BadRequest(f"'inputs' holds {found}; name one column 'image' with a list of {{\"b64\": ...}} images")
@@ -181,7 +189,7 @@ def _image_value(value: Any, where: str) -> str | bytes | None:
     """The image in `value` as V2 carries it (base64 text, or the bytes of an image file); None if none."""
     if isinstance(value, dict) and "b64" in value:
         if len(value) != 1 or not isinstance(value["b64"], str):
-            raise BadRequest(f"{where} must be {{\"b64\": \"<base64 of the image file>\"}} and nothing else")
+            raise BadRequest(f'{where} must be {{"b64": "<base64 of the image file>"}} and nothing else')
         _check_base64(value["b64"], f"{where}.b64")
         return value["b64"]
     if isinstance(value, str):
@@ -207,10 +215,14 @@ def _pixels_file(value: list, where: str) -> bytes:
     try:
         pixels = np.array(value, dtype=np.float64)
     except (ValueError, TypeError):
-        raise BadRequest(f"{where} is not an image: a list must hold pixel rows (height x width x 3) of numbers") from None
+        raise BadRequest(
+            f"{where} is not an image: a list must hold pixel rows (height x width x 3) of numbers"
+        ) from None
     # Grey (height x width) is refused: a columnar image sent without its batch dimension would look like one.
     if pixels.ndim != 3 or pixels.shape[2] != 3 or 0 in pixels.shape:
-        raise BadRequest(f"{where} is a list of shape {list(pixels.shape)}; an image as pixels is height x width x 3 (RGB)")
+        raise BadRequest(
+            f"{where} is a list of shape {list(pixels.shape)}; an image as pixels is height x width x 3 (RGB)"
+        )
     if not np.isfinite(pixels).all() or (pixels < 0).any() or (pixels > 255).any() or (pixels % 1).any():
         raise BadRequest(f"{where}: pixel values must be whole numbers from 0 to 255")
     bgr = cv2.cvtColor(pixels.astype(np.uint8), cv2.COLOR_RGB2BGR)
@@ -224,7 +236,9 @@ def _parsed(rows: list[Row], shared: dict, task: TaskType, limits: Limits) -> Pa
     """Each row becomes one V2 image input, so V2's own checks and settings rules apply word for word."""
     request = InferenceRequest(
         inputs=[
-            RequestInput(name=name, shape=[1], datatype="BYTES", data=[image], parameters=Parameters(**own) if own else None)
+            RequestInput(
+                name=name, shape=[1], datatype="BYTES", data=[image], parameters=Parameters(**own) if own else None
+            )
             for name, (image, own) in rows
         ],
         parameters=Parameters(**_settings(shared, "parameters")),
@@ -249,14 +263,23 @@ def render_classify(results: list[list[dict]]) -> dict:
 
 def model_status(name: str, version: str, ready: bool) -> dict:
     """KServe's model-ready object and TensorFlow Serving's GetModelStatusResponse, in one."""
-    state = {"state": "AVAILABLE", "status": {"error_code": "OK", "error_message": ""}} if ready else {
-        "state": "LOADING", "status": {"error_code": "UNAVAILABLE", "error_message": "the model is still loading"}}
+    state = (
+        {"state": "AVAILABLE", "status": {"error_code": "OK", "error_message": ""}}
+        if ready
+        else {
+            "state": "LOADING",
+            "status": {"error_code": "UNAVAILABLE", "error_message": "the model is still loading"},
+        }
+    )
     return {"name": name, "ready": ready, "model_version_status": [{"version": version, **state}]}
 
 
 def _tensor(dtype: str, dims: list[int], name: str) -> dict:
-    return {"dtype": dtype, "tensor_shape": {"dim": [{"size": str(d), "name": ""} for d in dims], "unknown_rank": False},
-            "name": name}
+    return {
+        "dtype": dtype,
+        "tensor_shape": {"dim": [{"size": str(d), "name": ""} for d in dims], "unknown_rank": False},
+        "name": name,
+    }
 
 
 def model_metadata(name: str, version: str, task: TaskType) -> dict:
@@ -278,12 +301,16 @@ def model_metadata(name: str, version: str, task: TaskType) -> dict:
     if task is TaskType.IMAGE_CLASSIFICATION:
         signatures["classify"] = {
             "inputs": {"inputs": _tensor("DT_STRING", [-1], "image")},
-            "outputs": {"classes": _tensor("DT_STRING", [-1, -1], "classes"),
-                        "scores": _tensor("DT_FLOAT", [-1, -1], "scores")},
+            "outputs": {
+                "classes": _tensor("DT_STRING", [-1, -1], "classes"),
+                "scores": _tensor("DT_FLOAT", [-1, -1], "scores"),
+            },
             "method_name": "tensorflow/serving/classify",
         }
-    return {"model_spec": {"name": name, "signature_name": "", "version": version},
-            "metadata": {"signature_def": {"signature_def": signatures}}}
+    return {
+        "model_spec": {"name": name, "signature_name": "", "version": version},
+        "metadata": {"signature_def": {"signature_def": signatures}},
+    }
 
 
 # --- routes -------------------------------------------------------------------------------------------------
@@ -355,12 +382,14 @@ def install_legacy_routes(app: FastAPI, data_plane: Any) -> None:
             if name == "regress":
                 raise BadRequest(f"this engine does not regress: its model gives {task.value} results; use :predict")
             if name == "classify" and task is not TaskType.IMAGE_CLASSIFICATION:
-                raise BadRequest(f":classify is for Image Classification and this model gives {task.value} results;"
-                                 " use :predict")
+                raise BadRequest(
+                    f":classify is for Image Classification and this model gives {task.value} results; use :predict"
+                )
             if name == "explain" and not has_explain(model_class):
                 raise NotImplementedByModel(
                     f"this engine's model ({model_class.__name__}) has no explain method; :predict works, or add"
-                    " explain(images, tensors, results) to the model")
+                    " explain(images, tensors, results) to the model"
+                )
             body = read_body(await request.body())
             parse = parse_classify if name == "classify" else parse_predict
             parsed = parse(body, task, limits)

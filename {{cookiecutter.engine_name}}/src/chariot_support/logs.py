@@ -90,8 +90,15 @@ def log_request(
         level = logging.INFO
     if not requests_logger.isEnabledFor(level):
         return
-    fields = {"request_id": request_id, "model": model, "protocol": protocol, "method": method, "path": path,
-              "status": status, "latency_ms": latency_ms}
+    fields = {
+        "request_id": request_id,
+        "model": model,
+        "protocol": protocol,
+        "method": method,
+        "path": path,
+        "status": status,
+        "latency_ms": latency_ms,
+    }
     requests_logger.log(level, "%s %s %s %.1f ms", method, path, status, latency_ms, extra={"fields": fields})
 
 
@@ -133,8 +140,15 @@ class RequestLog:
             found = _MODEL_PATH.match(path)
             request_id = entry.get("request_id") or _header(scope, b"x-request-id")
             model = found.group(1) if found else (self.model_name if path.rstrip("/") == "/infer" else None)
-            log_request(protocol="rest", method=scope.get("method", ""), path=path, status=entry["status"],
-                        started=started, request_id=request_id, model=model)
+            log_request(
+                protocol="rest",
+                method=scope.get("method", ""),
+                path=path,
+                status=entry["status"],
+                started=started,
+                request_id=request_id,
+                model=model,
+            )
 
 
 def _header(scope, name: bytes) -> str | None:
@@ -164,8 +178,15 @@ class GRPCRequestLog:
             status = error.status_code
             raise
         finally:
-            log_request(protocol="grpc", method="ModelInfer", path=f"/v2/models/{name}/infer", status=status,
-                        started=started, request_id=payload.id, model=name)
+            log_request(
+                protocol="grpc",
+                method="ModelInfer",
+                path=f"/v2/models/{name}/infer",
+                status=status,
+                started=started,
+                request_id=payload.id,
+                model=name,
+            )
 
 
 def install_request_log(app, model_name: str) -> None:

@@ -4,17 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import itertools
 import json
 import logging
 import os
 import queue
 import threading
 import time
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+import cv2
 from mlserver import MLModel
 from mlserver.types import InferenceRequest, InferenceResponse, Parameters, ResponseOutput
 
@@ -25,6 +28,8 @@ from .logs import note_request_id
 from .tasks import TaskType, select, to_dicts, validate_results
 
 logger = logging.getLogger("chariot_support")
+T = TypeVar("T")
+R = TypeVar("R")
 
 
 def import_model_class(path: str) -> type[ChariotModel]:
@@ -51,7 +56,9 @@ def env_int(name: str, default: int) -> int:
 def validate_explanations(explanations: Any, count: int) -> list[dict]:
     """Explanations go out as strict JSON, so each must be a JSON object of finite numbers."""
     if not isinstance(explanations, (list, tuple)) or len(explanations) != count:
-        got = f"a list of {len(explanations)}" if isinstance(explanations, (list, tuple)) else type(explanations).__name__
+        got = (
+            f"a list of {len(explanations)}" if isinstance(explanations, (list, tuple)) else type(explanations).__name__
+        )
         raise InvalidResult(f"explain must return one JSON object per image ({count}), got {got}")
     for index, explanation in enumerate(explanations):
         if not isinstance(explanation, dict):
@@ -104,12 +111,13 @@ class _Workers:
 
     def __init__(self, size: int):
         self._size = size
+        self._started = itertools.count()
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
         for _ in range(size):
             self._start()
 
     def _start(self) -> None:
-        threading.Thread(target=self._work, name="chariot", daemon=True).start()
+        threading.Thread(target=self._work, name=f"chariot-{next(self._started)}", daemon=True).start()
 
     def submit(self, fn, *args) -> Future:
         future: Future = Future()
@@ -147,6 +155,9 @@ class ChariotRuntime(MLModel):
         self._limits = engine_limits()
         self._model = model_class()
         model_dir = Path(os.environ.get("MODEL_DIR", "/mnt/models"))
+        # The runtime's threads already spread requests and images over the cores; OpenCV's own pool on top
+        # spins for work and costs CPU per call. Set before load, so a model that wants it back can have it.
+        cv2.setNumThreads(1)
         await asyncio.to_thread(self._model.load, model_dir)
         # Decoding and most predict work release the GIL, so threads keep both cores busy.
         self._workers = _Workers(env_int("CHARIOT_THREADS", os.cpu_count() or 1))
@@ -201,8 +212,10 @@ class ChariotRuntime(MLModel):
                 # behind a call that may never return. Readiness comes back when it does.
                 call.overran = True
                 self._stuck = True
-                logger.error("request %s: predict is still running; the engine reports not ready until it returns",
-                             call.request_id)
+                logger.error(
+                    "request %s: predict is still running; the engine reports not ready until it returns",
+                    call.request_id,
+                )
 
     def _call_model(self, call: _Call, method, *args):
         """The model's predict or explain, one at a time unless the model is thread-safe."""
@@ -226,8 +239,28 @@ class ChariotRuntime(MLModel):
                     lock.release()
                 if call.overran:
                     self._stuck = False
-                    logger.warning("request %s: the overrunning predict returned; the engine is ready again",
-                                   call.request_id)
+                    logger.warning(
+                        "request %s: the overrunning predict returned; the engine is ready again", call.request_id
+                    )
+
+    def _map(self, work: Callable[[T], R], items: Sequence[T]) -> list[R]:
+        """`work` of each item in order, spread over the runtime's threads.
+
+        The calling thread is one of those threads, so it never just waits: it runs the first item, then every
+        item no other thread has started yet. When every thread is busy with a request, it does all the work
+        itself instead of deadlocking the pool.
+        """
+        if len(items) < 2:
+            return [work(item) for item in items]
+        futures = [self._workers.submit(work, item) for item in items[1:]]
+        try:
+            results = [work(items[0])]
+            for item, future in zip(items[1:], futures, strict=True):
+                results.append(work(item) if future.cancel() else future.result())
+            return results
+        finally:
+            for future in futures:
+                future.cancel()
 
     def _predict_images(
         self, request: ParsedRequest, request_id: str, explain: bool, call: _Call
@@ -240,16 +273,17 @@ class ChariotRuntime(MLModel):
         self, request: ParsedRequest, request_id: str | None, call: _Call
     ) -> tuple[list[Image], list[list[Any]]]:
         """Decode, predict, check and select: each image's results as the engine answers them."""
+        pixels = self._map(lambda i: decode_image(i.encoded, f"input '{i.name}'", self._limits), request.images)
         images = [
             Image(
                 name=i.name,
-                pixels=decode_image(i.encoded, f"input '{i.name}'", self._limits),
+                pixels=p,
                 action=i.action,
                 score_threshold=i.score_threshold,
                 prompts=i.prompts,
                 parameters=i.parameters,
             )
-            for i in request.images
+            for i, p in zip(request.images, pixels, strict=True)
         ]
         try:
             results = self._call_model(call, self._model.predict, images, request.tensors)
@@ -264,8 +298,9 @@ class ChariotRuntime(MLModel):
             logger.error("predict returned an invalid result for request %s: %s", request_id, error)
             raise
         chosen = [
-            select(self._task, per_image, action=image.action, score_threshold=image.score_threshold,
-                   prompts=image.prompts)
+            select(
+                self._task, per_image, action=image.action, score_threshold=image.score_threshold, prompts=image.prompts
+            )
             for image, per_image in zip(request.images, checked, strict=True)
         ]
         return images, chosen

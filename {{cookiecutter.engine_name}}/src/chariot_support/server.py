@@ -59,7 +59,10 @@ DEFAULT_MAX_REQUEST_MB = 64  # eight 12-megapixel JPEGs in base64, with room to 
 def engine_settings() -> Settings:
     """MLServer's settings with the engine's defaults. CHARIOT_MAX_REQUEST_MB is the one limit on a request's
     size: it becomes gRPC's message limit, and the REST body limit is read back from there."""
-    defaults = {**ENGINE_DEFAULTS, "grpc_max_message_length": env_int("CHARIOT_MAX_REQUEST_MB", DEFAULT_MAX_REQUEST_MB) << 20}
+    defaults = {
+        **ENGINE_DEFAULTS,
+        "grpc_max_message_length": env_int("CHARIOT_MAX_REQUEST_MB", DEFAULT_MAX_REQUEST_MB) << 20,
+    }
     overrides = {k: v for k, v in defaults.items() if f"MLSERVER_{k.upper()}" not in os.environ}
     return Settings(**overrides)
 
@@ -375,8 +378,13 @@ async def _serve(model_class: type[ChariotModel], default_model_id: str) -> None
     model = model_settings(model_class, model_id)
     server = ChariotServer(settings, model=model, pinned=bool(os.environ.get("CHARIOT_MODEL_ID")))
     configure_logging()  # after MLServer's constructor has set up its logger, so that one is formatted too
-    logger.info("serving %s as %s on REST :%s and gRPC :%s", model_class.task_type.value, model.name,
-                settings.http_port, settings.grpc_port)
+    logger.info(
+        "serving %s as %s on REST :%s and gRPC :%s",
+        model_class.task_type.value,
+        model.name,
+        settings.http_port,
+        settings.grpc_port,
+    )
     await server.start([model])
 
 

@@ -10,7 +10,17 @@ from typing import Annotated, Any
 
 import cv2
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    field_validator,
+    model_validator,
+    with_config,
+)
+from typing_extensions import TypedDict  # pydantic needs this one, not typing's, before Python 3.12
 
 from .errors import InvalidResult
 
@@ -112,7 +122,11 @@ class OrientedDetection(_Result):
         )
 
 
-class Point(_Result):
+@with_config(ConfigDict(extra="forbid"))
+class Point(TypedDict):
+    """One contour point in pixels. A plain dict, as contours run to thousands of points per image and a dict
+    is checked and serialised several times faster than a model."""
+
     x: Finite
     y: Finite
 
@@ -186,9 +200,7 @@ def validate_results(task: TaskType, results: Any, image_names: Sequence[str]) -
     result_type = RESULT_TYPES[task].__name__
     if not isinstance(results, (list, tuple)) or len(results) != len(image_names):
         got = f"a list of {len(results)}" if isinstance(results, (list, tuple)) else type(results).__name__
-        raise InvalidResult(
-            f"predict must return one list of {result_type} per image ({len(image_names)}), got {got}"
-        )
+        raise InvalidResult(f"predict must return one list of {result_type} per image ({len(image_names)}), got {got}")
     checked = []
     for index, (name, per_image) in enumerate(zip(image_names, results, strict=True)):
         try:

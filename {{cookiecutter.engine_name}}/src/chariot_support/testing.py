@@ -41,11 +41,18 @@ def encode_image(rgb: np.ndarray, extension: str = ".png") -> str:
     return base64.b64encode(encoded.tobytes()).decode("ascii")
 
 
-def as_image(pixels: np.ndarray, *, name: str = "image", action: str = "predict", prompts: tuple[str, ...] = (),
-             score_threshold: float | None = None) -> Image:
+def as_image(
+    pixels: np.ndarray,
+    *,
+    name: str = "image",
+    action: str = "predict",
+    prompts: tuple[str, ...] = (),
+    score_threshold: float | None = None,
+) -> Image:
     """An Image as predict receives it, for calling a model directly in a test."""
-    return Image(name=name, pixels=pixels, action=action, score_threshold=score_threshold, prompts=tuple(prompts),
-                 parameters={})
+    return Image(
+        name=name, pixels=pixels, action=action, score_threshold=score_threshold, prompts=tuple(prompts), parameters={}
+    )
 
 
 def image_input(name: str, rgb: np.ndarray, **parameters: Any) -> dict:
@@ -69,7 +76,11 @@ def chariot_metadata(**extended: Any) -> str:
         {
             "standard_metadata": {},
             "extended_metadata": [
-                {"key": key, "type": type(value).__name__ if isinstance(value, (int, float)) else "str", "value": str(value)}
+                {
+                    "key": key,
+                    "type": type(value).__name__ if isinstance(value, (int, float)) else "str",
+                    "value": str(value),
+                }
                 for key, value in extended.items()
             ],
         }
@@ -165,7 +176,9 @@ class RunningEngine:
         deadline = time.monotonic() + timeout
         while text not in (log := self.log()):
             if time.monotonic() > deadline:
-                raise AssertionError(f"{text!r} did not reach the engine's log in {timeout:g} s; it ends:\n{log[-3000:]}")
+                raise AssertionError(
+                    f"{text!r} did not reach the engine's log in {timeout:g} s; it ends:\n{log[-3000:]}"
+                )
             time.sleep(0.05)
         return log
 

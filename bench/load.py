@@ -1,0 +1,112 @@
+"""The load generator, run as its own process so its CPU is not the servers': `concurrency` clients on one
+asyncio loop send the same prepared request until `count` requests are done or `duration` seconds pass, and the
+latencies are printed as JSON."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from pathlib import Path
+
+import aiohttp
+import grpc
+from mlserver.grpc import dataplane_pb2 as pb
+
+_INFER = "/inference.GRPCInferenceService/ModelInfer"
+
+
+def grpc_request(body: dict, model: str) -> bytes:
+    """The REST body as a serialised gRPC ModelInferRequest: BYTES inputs carry the same base64 text."""
+    inputs = [
+        pb.ModelInferRequest.InferInputTensor(
+            name=i["name"], datatype="BYTES", shape=i["shape"],
+            contents=pb.InferTensorContents(bytes_contents=[d.encode() for d in i["data"]]),
+        )
+        for i in body["inputs"]
+    ]
+    return pb.ModelInferRequest(model_name=model, inputs=inputs).SerializeToString()
+
+
+async def _drive(send, concurrency: int, count: int, duration: float, warmup: int) -> dict:
+    if warmup:
+        for _ in range(0, warmup, concurrency):
+            await asyncio.gather(*(send() for _ in range(concurrency)))
+        # Tell the caller the server is warm, and wait until it has read the server's counters.
+        print("warm", flush=True)
+        await asyncio.to_thread(sys.stdin.readline)
+    cpu = time.process_time()
+    latencies: list[float] = []
+    errors: list[str] = []
+    issued = 0
+    deadline = time.perf_counter() + duration
+
+    async def client() -> None:
+        nonlocal issued
+        while issued < count and time.perf_counter() < deadline:
+            issued += 1
+            start = time.perf_counter()
+            try:
+                await send()
+            except Exception as exc:  # counted and reported: a failing server must show in the table
+                errors.append(f"{type(exc).__name__}: {exc}"[:300])
+                continue
+            latencies.append(time.perf_counter() - start)
+
+    start = time.perf_counter()
+    await asyncio.gather(*(client() for _ in range(concurrency)))
+    elapsed = time.perf_counter() - start
+    return {"elapsed": elapsed, "latencies": latencies, "errors": errors, "client_cpu": time.process_time() - cpu}
+
+
+async def rest(url: str, body: bytes, concurrency: int, count: int, duration: float, warmup: int) -> dict:
+    headers = {"Content-Type": "application/json"}
+    connector = aiohttp.TCPConnector(limit=concurrency)
+    async with aiohttp.ClientSession(connector=connector, auto_decompress=False) as session:
+
+        async def send() -> None:
+            async with session.post(url, data=body, headers=headers) as response:
+                answer = await response.read()
+                if response.status != 200:
+                    raise RuntimeError(f"HTTP {response.status}: {answer[:200]!r}")
+
+        return await _drive(send, concurrency, count, duration, warmup)
+
+
+async def grpc_load(address: str, message: bytes, concurrency: int, count: int, duration: float, warmup: int) -> dict:
+    options = [("grpc.max_send_message_length", 1 << 28), ("grpc.max_receive_message_length", 1 << 28)]
+    async with grpc.aio.insecure_channel(address, options=options) as channel:
+        # Pre-serialised request, raw reply: the client spends no time in protobuf.
+        call = channel.unary_unary(_INFER, request_serializer=None, response_deserializer=None)
+
+        async def send() -> None:
+            await call(message, timeout=120)
+
+        return await _drive(send, concurrency, count, duration, warmup)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--protocol", choices=("rest", "grpc"), required=True)
+    parser.add_argument("--target", required=True, help="REST infer URL, or host:port for gRPC")
+    parser.add_argument("--body", type=Path, required=True, help="the REST request body (JSON)")
+    parser.add_argument("--model", default="m-demo")
+    parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument("--count", type=int, required=True)
+    parser.add_argument("--duration", type=float, required=True)
+    parser.add_argument("--warmup", type=int, default=0, help="requests before measuring; then print 'warm' and "
+                        "wait for a line on stdin")
+    args = parser.parse_args(argv)
+    body = args.body.read_bytes()
+    if args.protocol == "rest":
+        result = asyncio.run(rest(args.target, body, args.concurrency, args.count, args.duration, args.warmup))
+    else:
+        message = grpc_request(json.loads(body), args.model)
+        result = asyncio.run(grpc_load(args.target, message, args.concurrency, args.count, args.duration, args.warmup))
+    json.dump(result, sys.stdout)
+
+
+if __name__ == "__main__":
+    main()

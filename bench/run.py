@@ -1,0 +1,306 @@
+"""Benchmark a baked engine against a bare MLServer runtime doing the same work, side by side.
+
+Bakes the engine, starts it and the baseline on free loopback ports in turn, drives both with the identical load
+generator (a separate process), and prints requests/s, p50, p99, server CPU per request, peak RSS and startup time
+with the engine/baseline ratio; writes the table as CSV and a PNG chart to bench/results/.
+Run it with scripts/bench (which installs what it needs); `--quick` for a short run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent
+ROOT = BENCH.parent
+sys.path.insert(0, str(BENCH))
+
+from images import b64, image  # noqa: E402
+from report import summarise, table, write_chart, write_csv  # noqa: E402
+
+TICKS = os.sysconf("SC_CLK_TCK")
+PAGE = os.sysconf("SC_PAGE_SIZE")
+TASKS = {"detection": "Object Detection", "segmentation": "Image Segmentation"}
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    task: str  # "detection" or "segmentation"
+    protocol: str  # "rest" or "grpc"
+    images: tuple[str, ...]  # image kind per input
+    count: int  # requests per measured run
+    single: bool = True  # one image per request: the in-process CPU target applies
+
+
+SCENARIOS = (
+    # A 32x24 image costs next to nothing to decode and predict: what is left is each server's own overhead.
+    Scenario("tiny REST", "detection", "rest", ("tiny",), 1500),
+    Scenario("detect REST", "detection", "rest", ("vga",), 600),
+    Scenario("detect gRPC", "detection", "grpc", ("vga",), 600),
+    Scenario("detect REST 8 images", "detection", "rest", ("vga",) * 8, 100, single=False),
+    Scenario("detect REST 4K", "detection", "rest", ("uhd",), 50),
+    Scenario("segment REST", "segmentation", "rest", ("many",), 400),
+)
+
+
+def body_of(scenario: Scenario) -> dict:
+    inputs = [{"name": f"image-{i}", "shape": [1], "datatype": "BYTES", "data": [b64(image(kind, seed=i))]}
+              for i, kind in enumerate(scenario.images)]
+    return {"inputs": inputs}
+
+
+# --- the servers, started on free loopback ports and stopped by PID -------------------------------------------
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class Server:
+    def __init__(self, kind: str, task: str, engine_src: Path, log_dir: Path, profile: Path | None = None):
+        self.kind, self.task = kind, task
+        self.http, self.grpc, metrics = free_port(), free_port(), free_port()
+        env = {**os.environ, "MLSERVER_HOST": "127.0.0.1", "MLSERVER_HTTP_PORT": str(self.http),
+               "MLSERVER_GRPC_PORT": str(self.grpc), "MLSERVER_METRICS_PORT": str(metrics)}
+        if kind == "engine":
+            env["PYTHONPATH"] = str(engine_src / task)
+            command = [sys.executable, "-m", "chariot_engine"]
+            if profile:
+                command = [sys.executable, str(BENCH / "profiled.py"), str(profile), "chariot_engine"]
+        else:
+            env["PYTHONPATH"] = os.pathsep.join([str(BENCH / "baseline"), str(engine_src / task)])
+            command = [str(Path(sys.executable).parent / "mlserver"), "start", str(BENCH / "baseline" / task)]
+        self.log = open(log_dir / f"{kind}-{task}.log", "ab")
+        self.started = time.perf_counter()
+        self.process = subprocess.Popen(command, env=env, stdout=self.log, stderr=subprocess.STDOUT)
+        self.startup = self._wait_ready()
+
+    @property
+    def infer_url(self) -> str:
+        return f"http://127.0.0.1:{self.http}/v2/models/m-demo/infer"
+
+    def _wait_ready(self, timeout: float = 120) -> float:
+        url = f"http://127.0.0.1:{self.http}/v2/models/m-demo/ready"
+        while True:
+            try:
+                with urllib.request.urlopen(url, timeout=2) as response:
+                    if response.status == 200:
+                        return time.perf_counter() - self.started
+            except (urllib.error.URLError, OSError):
+                pass
+            if self.process.poll() is not None or time.perf_counter() - self.started > timeout:
+                self.stop()
+                raise RuntimeError(f"{self.kind} ({self.task}) did not become ready; see {self.log.name}")
+            time.sleep(0.02)
+
+    def pids(self) -> list[int]:
+        """The server and any worker processes it started."""
+        found, todo = [], [self.process.pid]
+        while todo:
+            pid = todo.pop()
+            found.append(pid)
+            try:
+                for task in os.listdir(f"/proc/{pid}/task"):
+                    todo += [int(c) for c in Path(f"/proc/{pid}/task/{task}/children").read_text().split()]
+            except OSError:
+                pass
+        return found
+
+    def cpu_seconds(self) -> float:
+        total = 0
+        for pid in self.pids():
+            try:
+                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            total += int(fields[11]) + int(fields[12])  # utime, stime
+        return total / TICKS
+
+    def reset_peak_rss(self) -> None:
+        for pid in self.pids():
+            try:
+                Path(f"/proc/{pid}/clear_refs").write_text("5")  # resets VmHWM to the current RSS
+            except OSError:
+                pass
+
+    def peak_rss_mb(self) -> float:
+        total = 0
+        for pid in self.pids():
+            try:
+                status = Path(f"/proc/{pid}/status").read_text()
+            except OSError:
+                continue
+            total += next(int(line.split()[1]) for line in status.splitlines() if line.startswith("VmHWM:"))
+        return total / 1024
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(20)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(20)
+        self.log.close()
+
+
+# --- one measured run ----------------------------------------------------------------------------------------
+
+def measure(server: Server, scenario: Scenario, body_path: Path, count: int, duration: float) -> dict:
+    target = server.infer_url if scenario.protocol == "rest" else f"127.0.0.1:{server.grpc}"
+    command = [sys.executable, str(BENCH / "load.py"), "--protocol", scenario.protocol, "--target", target,
+               "--body", str(body_path), "--count", str(count), "--duration", str(duration), "--warmup", "16"]
+    client = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    if client.stdout.readline().strip() != "warm":
+        client.kill()
+        raise RuntimeError(f"the load generator failed to warm up {server.kind} for {scenario.name}")
+    server.reset_peak_rss()
+    cpu = server.cpu_seconds()
+    client.stdin.write("go\n")
+    client.stdin.flush()
+    out, _ = client.communicate(timeout=duration + 120)
+    cpu = server.cpu_seconds() - cpu
+    result = json.loads(out)
+    if result["errors"] or client.returncode:
+        raise RuntimeError(f"{server.kind} failed {len(result['errors'])} requests in {scenario.name}: "
+                           f"{result['errors'][:3]}")
+    latencies = sorted(result["latencies"])
+    done = len(latencies)
+    return {
+        "scenario": scenario.name, "server": server.kind, "requests": done,
+        "rps": done / result["elapsed"],
+        "p50_ms": statistics.median(latencies) * 1000,
+        "p99_ms": latencies[min(done - 1, int(round(0.99 * done)) - 1)] * 1000,
+        "cpu_ms": cpu * 1000 / done,
+        "rss_mb": server.peak_rss_mb(),
+        "client_cpu_share": result["client_cpu"] / result["elapsed"],
+    }
+
+
+def bake(out: Path) -> Path:
+    """Bake one engine per task the scenarios use, as a user would; returns the folder holding their src dirs."""
+    from cookiecutter.main import cookiecutter
+
+    src = out / "src"
+    for task, task_type in TASKS.items():
+        baked = Path(cookiecutter(str(ROOT), no_input=True, overwrite_if_exists=True, output_dir=str(out / task),
+                                  extra_context={"task_type": task_type}))
+        link = src / task
+        link.parent.mkdir(parents=True, exist_ok=True)
+        if link.is_symlink():
+            link.unlink()
+        link.symlink_to(baked / "src")
+    return src
+
+
+def machine() -> str:
+    model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                  if line.startswith("model name")), platform.processor())
+    return f"{os.cpu_count()} CPUs ({model}), Python {platform.python_version()}, Linux {platform.release()}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="one round of short runs (about a minute)")
+    parser.add_argument("--rounds", type=int, help="rounds of every scenario on both servers (default 5)")
+    parser.add_argument("--only", action="append", help="run only scenarios whose name contains this (repeatable)")
+    parser.add_argument("--profile", action="store_true",
+                        help="profile the engine's CPU under the load (yappi, all threads) and print where it goes; "
+                             "the numbers of such a run are not kept")
+    parser.add_argument("--results", type=Path, default=BENCH / "results", help="where the CSV and chart go")
+    args = parser.parse_args(argv)
+    rounds = args.rounds or (1 if args.quick else 5)
+    share, duration = (0.25, 6.0) if args.quick else (1.0, 20.0)
+    scenarios = [s for s in SCENARIOS if not args.only or any(o.lower() in s.name.lower() for o in args.only)]
+
+    out = BENCH / "out"
+    out.mkdir(exist_ok=True)
+    print(f"machine: {machine()}", flush=True)
+    print("baking engines ...", flush=True)
+    src = bake(out)
+    bodies = {}
+    floors = {}
+    floor_env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(BENCH), str(src / "detection")])}
+    for scenario in scenarios:
+        path = out / f"body-{scenario.name.replace(' ', '-')}.json"
+        path.write_text(json.dumps(body_of(scenario)))
+        bodies[scenario.name] = path
+        measured = subprocess.run([sys.executable, str(BENCH / "floor.py"), "--body", str(path), "--count",
+                                   str(max(2, int(scenario.count * share) // 40))],
+                                  capture_output=True, text=True, check=True, env=floor_env)
+        floors[scenario.name] = json.loads(measured.stdout)["cpu_ms"]
+        print(f"floor {scenario.name}: {floors[scenario.name]:.2f} ms CPU per request in-process", flush=True)
+
+    support_env = {**os.environ, "PYTHONPATH": str(src / "detection")}
+    decode = subprocess.run([sys.executable, str(BENCH / "decode.py"), *(["--quick"] if args.quick else [])],
+                            capture_output=True, text=True, check=True, env=support_env).stdout
+    print(f"\nimage decode, one thread, ms per image:\n{decode}", flush=True)
+
+    measurements = []
+    started = time.perf_counter()
+    for round_ in range(rounds):
+        # Both servers stay up side by side and take turns, scenario by scenario, with the first turn
+        # alternating: drift in the machine's load then falls on both alike.
+        kinds = ("engine", "baseline") if round_ % 2 == 0 else ("baseline", "engine")
+        for task in TASKS:
+            task_scenarios = [s for s in scenarios if s.task == task]
+            if not task_scenarios:
+                continue
+            servers = {}
+            try:
+                for kind in kinds:
+                    profile = out / f"engine-{task}.pstat" if args.profile and kind == "engine" else None
+                    servers[kind] = Server(kind, task, src, out, profile)
+                    measurements.append({"scenario": f"startup ({task})", "server": kind,
+                                         "startup_s": servers[kind].startup})
+                for index, scenario in enumerate(task_scenarios):
+                    for kind in kinds if index % 2 == 0 else kinds[::-1]:
+                        result = measure(servers[kind], scenario, bodies[scenario.name],
+                                         max(16, int(scenario.count * share)), duration)
+                        measurements.append(result)
+                        print(f"round {round_ + 1}/{rounds} {kind:8} {scenario.name:22} {result['rps']:7.1f} req/s "
+                              f"p50 {result['p50_ms']:7.1f} ms p99 {result['p99_ms']:7.1f} ms "
+                              f"CPU {result['cpu_ms']:6.2f} ms/req RSS {result['rss_mb']:6.0f} MB "
+                              f"(client CPU {result['client_cpu_share']:.0%})", flush=True)
+            finally:
+                for server in servers.values():
+                    server.stop()
+    print(f"measured in {time.perf_counter() - started:.0f} s", flush=True)
+
+    if args.profile:
+        import pstats
+
+        for path in sorted(out.glob("engine-*.pstat")):
+            print(f"\nwhere the engine's CPU went ({path.name}, yappi CPU clock, all threads):")
+            pstats.Stats(str(path)).sort_stats("tottime").print_stats(30)
+        return 0
+    rows = summarise(measurements, floors)
+    text = table(rows)
+    print(f"\n{text}\n")
+    args.results.mkdir(parents=True, exist_ok=True)
+    write_csv(rows, args.results / "bench.csv")
+    (args.results / "bench.md").write_text(f"Machine: {machine()}; {rounds} round(s)"
+                                           f"{' (--quick)' if args.quick else ''}.\n\n{text}\n")
+    (args.results / "decode.txt").write_text(decode)
+    (args.results / "raw.json").write_text(json.dumps({"floors": floors, "measurements": measurements}, indent=1))
+    write_chart(rows, args.results / "bench.png", f"engine / baseline, medians of {rounds} round(s)\n{machine()}")
+    print(f"wrote {args.results}/bench.csv, bench.md, bench.png, decode.txt, raw.json")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

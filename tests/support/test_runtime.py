@@ -1,0 +1,89 @@
+"""The runtime spreads a request's images over its threads, and cannot deadlock its own pool doing so."""
+
+import asyncio
+import threading
+import time
+
+import numpy as np
+import pytest
+from mlserver.settings import ModelParameters, ModelSettings
+from mlserver.types import InferenceRequest
+
+from chariot_support import runtime as runtime_module
+from chariot_support.errors import BadRequest
+from chariot_support.runtime import ChariotRuntime
+from chariot_support.testing import chariot_request, image_input
+from template_paths import TEMPLATE_ROOT
+
+PIXELS = np.zeros((24, 32, 3), np.uint8)
+
+
+@pytest.fixture
+def make_runtime(monkeypatch):
+    monkeypatch.syspath_prepend(str(TEMPLATE_ROOT / "tests" / "support"))
+    runtimes = []
+
+    def make(threads: int) -> ChariotRuntime:
+        monkeypatch.setenv("CHARIOT_THREADS", str(threads))
+        settings = ModelSettings(name="m-test", implementation=ChariotRuntime,
+                                 parameters=ModelParameters(extra={"model_class": "faulty_engine.model:FaultyModel"}))
+        runtime = ChariotRuntime(settings)
+        asyncio.run(runtime.load())
+        runtimes.append(runtime)
+        return runtime
+
+    yield make
+    for runtime in runtimes:
+        asyncio.run(runtime.unload())
+
+
+def request(images: int, *, bad: tuple[int, ...] = ()) -> InferenceRequest:
+    inputs = [image_input(f"image-{i}", PIXELS) for i in range(images)]
+    for i in bad:
+        inputs[i]["data"] = ["aGVsbG8gd29ybGQ="]  # valid base64, not an image
+    return InferenceRequest.model_validate(chariot_request(*inputs))
+
+
+def slow_decodes(monkeypatch) -> list[str]:
+    """Make each decode take a moment and record the thread it ran on."""
+    threads = []
+    decode = runtime_module.decode_image
+
+    def recorded(*args, **kwargs):
+        threads.append(threading.current_thread().name)
+        time.sleep(0.05)
+        return decode(*args, **kwargs)
+
+    monkeypatch.setattr(runtime_module, "decode_image", recorded)
+    return threads
+
+
+def predict(runtime: ChariotRuntime, *payloads: InferenceRequest) -> list:
+    async def run():
+        return await asyncio.wait_for(asyncio.gather(*(runtime.predict(p) for p in payloads)), timeout=30)
+
+    return asyncio.run(run())
+
+
+def test_images_of_one_request_are_decoded_on_several_threads(make_runtime, monkeypatch):
+    runtime = make_runtime(threads=4)
+    threads = slow_decodes(monkeypatch)
+    (response,) = predict(runtime, request(8))
+    assert [o.name for o in response.outputs] == [f"image-{i}" for i in range(8)]
+    assert len(threads) == 8 and len(set(threads)) > 1, threads
+
+
+@pytest.mark.parametrize("threads, requests", [(1, 1), (2, 6)])
+def test_a_pool_busy_with_requests_still_decodes_their_images(make_runtime, monkeypatch, threads, requests):
+    runtime = make_runtime(threads=threads)
+    slow_decodes(monkeypatch)
+    responses = predict(runtime, *(request(4) for _ in range(requests)))
+    assert [len(r.outputs) for r in responses] == [4] * requests
+
+
+def test_the_first_bad_image_is_the_one_named(make_runtime):
+    runtime = make_runtime(threads=4)
+    with pytest.raises(BadRequest, match="input 'image-1'"):
+        predict(runtime, request(6, bad=(1, 4)))
+    (response,) = predict(runtime, request(2))
+    assert len(response.outputs) == 2

@@ -1,0 +1,91 @@
+"""The benchmark's pieces work, so `scripts/bench` does not rot between runs: the baseline server answers like
+the engine's demo, the load generator drives it over REST and gRPC, and the report adds up."""
+
+import asyncio
+import csv
+import json
+import sys
+import urllib.request
+
+import numpy as np
+import pytest
+
+from chariot_support.demo import ColourFinder
+from chariot_support.testing import chariot_request, encode_image
+from template_paths import SUPPORT_SRC, TEMPLATE_ROOT
+
+BENCH = TEMPLATE_ROOT / "bench"
+sys.path.insert(0, str(BENCH))
+
+import load  # noqa: E402
+import report  # noqa: E402
+import run  # noqa: E402
+from images import image, scene  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def baseline(tmp_path_factory):
+    src = tmp_path_factory.mktemp("src")
+    (src / "detection").symlink_to(SUPPORT_SRC)
+    server = run.Server("baseline", "detection", src, tmp_path_factory.mktemp("logs"))
+    yield server
+    server.stop()
+    assert server.process.returncode is not None
+
+
+def test_scenes_are_deterministic_jpegs_the_demo_finds_shapes_in():
+    assert image("vga") == image("vga")
+    assert image("vga")[:3] == b"\xff\xd8\xff"
+    assert len(ColourFinder().find(scene(640, 480, 12))) >= 6
+
+
+def test_baseline_answers_with_what_the_demo_model_finds(baseline):
+    pixels = np.zeros((120, 160, 3), np.uint8)
+    pixels[10:40, 20:70] = (0, 255, 0)
+    body = chariot_request({"name": "image-0", "shape": [1], "datatype": "BYTES", "data": [encode_image(pixels)]})
+    request = urllib.request.Request(baseline.infer_url, data=json.dumps(body).encode(), method="POST",
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        (output,) = json.loads(response.read())["outputs"]
+    (results,) = [json.loads(d) for d in output["data"]]
+    assert [(r["label"], r["xmin"], r["ymin"], r["xmax"], r["ymax"]) for r in results] == [("green", 20, 10, 70, 40)]
+
+
+@pytest.mark.parametrize("protocol", ["rest", "grpc"])
+def test_load_generator_drives_the_baseline_and_the_server_is_measured(baseline, tmp_path, protocol):
+    # Enough work (40 VGA images) that the server's CPU time spans many of /proc's 10 ms ticks.
+    scenario = run.Scenario("t", "detection", protocol, ("vga",), 40)
+    body = tmp_path / "body.json"
+    body.write_text(json.dumps(run.body_of(scenario)))
+    result = run.measure(baseline, scenario, body, count=40, duration=60)
+    assert result["requests"] == 40 and result["rps"] > 0
+    assert 0 < result["p50_ms"] <= result["p99_ms"]
+    assert result["cpu_ms"] > 0 and result["rss_mb"] > 10
+
+
+def test_load_generator_counts_failures():
+    async def send():
+        raise RuntimeError("refused")
+
+    result = asyncio.run(load._drive(send, concurrency=2, count=5, duration=10, warmup=0))
+    assert result["latencies"] == [] and len(result["errors"]) == 5
+
+
+def test_summary_table_and_csv(tmp_path):
+    measurements = [
+        {"scenario": "s", "server": "engine", "rps": rps, "p99_ms": 10.0, "cpu_ms": 5.0} for rps in (90, 100, 120)
+    ] + [
+        {"scenario": "s", "server": "baseline", "rps": rps, "p99_ms": 8.0, "cpu_ms": 4.0} for rps in (100, 110, 200)
+    ]
+    rows = {r.metric: r for r in report.summarise(measurements, {"s": 4.0})}
+    assert rows["rps"].engine == (100, 90, 120) and rows["rps"].baseline == (110, 100, 200)
+    assert rows["rps"].ratio == pytest.approx(100 / 110) and rows["rps"].met is False
+    assert rows["p99_ms"].ratio == pytest.approx(1.25) and rows["p99_ms"].met is False
+    assert rows["cpu_ms"].floor_ratio == pytest.approx(1.25) and rows["cpu_ms"].met is None
+    text = report.table(list(rows.values()))
+    assert "| s " in text and "0.91" in text and "NO" in text and "x1.25" in text
+    report.write_csv(list(rows.values()), tmp_path / "bench.csv")
+    with open(tmp_path / "bench.csv") as handle:
+        written = list(csv.DictReader(handle))
+    assert [r["metric"] for r in written] == ["rps", "p99_ms", "cpu_ms"]
+    assert float(written[0]["engine_median"]) == 100 and written[0]["met"] == "False"

@@ -72,6 +72,19 @@ def test_results_equal_a_plain_rest_request(client, action):
     assert {name: client.results(result, name) for name in images} == expected
 
 
+def test_a_numeric_score_threshold_arrives(client):
+    # tritonclient sends a float as double_param, which MLServer's gRPC schema lacks; the engine still reads it.
+    everything = plain_rest_results(plain_rest(MODEL, {"image-0": scene_png()}, {"prompts": PROMPTS}))["image-0"]
+    scores = sorted(r["score"] for r in everything if "score" in r)
+    threshold = (scores[0] + scores[-1]) / 2 if scores else 0.5
+    settings = {"prompts": PROMPTS, "score_threshold": threshold}
+    expected = plain_rest_results(plain_rest(MODEL, {"image-0": scene_png()}, settings))["image-0"]
+    if len(set(scores)) > 1:
+        assert len(expected) < len(everything), "the threshold should drop some results"
+    result = client.infer(MODEL, [client.image("image-0", scene_png())], parameters=client.parameters(**settings))
+    assert client.results(result, "image-0") == expected
+
+
 def test_raw_image_bytes_equal_base64_over_grpc():
     # JSON cannot carry raw bytes, so only gRPC clients may send the file itself.
     client = Client("grpc")

@@ -11,15 +11,17 @@ import zlib
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import grpc
 import numpy as np
 import PIL.Image
 import requests
+from mlserver.grpc.dataplane_pb2_grpc import GRPCInferenceServiceStub
 from mlserver.types import InferenceRequest
 from pydantic import ValidationError
 
 from chariot_support.decoding import DEFAULT_LIMITS, decode_image, parse_request
 from chariot_support.errors import ChariotError
-from chariot_support.testing import encode_image
+from chariot_support.testing import encode_image, grpc_request
 
 # Image Text to Text needs prompts; the other tasks pass them to predict untouched, so every image carries some.
 PROMPTS = ["what colours are in the picture?"]
@@ -368,6 +370,45 @@ REST_TRANSPORTS = [
     Rest("v2-slash", "/v2/models/{model}/infer/"),
     Rest("chariot-root", "/infer"),
 ]
+
+# The HTTP status each gRPC code stands for, to hold gRPC answers to the catalogue's statuses.
+HTTP_STATUS = {
+    grpc.StatusCode.INVALID_ARGUMENT: 400,
+    grpc.StatusCode.NOT_FOUND: 404,
+    grpc.StatusCode.RESOURCE_EXHAUSTED: 413,
+    grpc.StatusCode.INTERNAL: 500,
+    grpc.StatusCode.UNAVAILABLE: 503,
+    grpc.StatusCode.DEADLINE_EXCEEDED: 504,
+}
+
+
+@dataclass(frozen=True)
+class Grpc:
+    """ModelInfer over gRPC. Carries the POSTs whose body a gRPC client can express: a valid InferenceRequest
+    whose values fit the protobuf fields (a JSON syntax error has no gRPC form)."""
+
+    name: str = "grpc"
+
+    def carries(self, case: Case) -> bool:
+        if case.method != "POST" or not isinstance(case.body, dict):
+            return False
+        try:
+            InferenceRequest.model_validate(case.body)
+            grpc_request(case.body, "m-any")
+        except (ValidationError, TypeError, ValueError):
+            return False
+        return True
+
+    def send(self, engine, model_name: str, case: Case) -> tuple[int, Any]:
+        message = grpc_request(case.body, case.model or model_name)
+        if case.version is not None:
+            message.model_version = case.version
+        with grpc.insecure_channel(engine.grpc_address) as channel:
+            try:
+                GRPCInferenceServiceStub(channel).ModelInfer(message, timeout=60)
+            except grpc.RpcError as error:
+                return HTTP_STATUS.get(error.code(), 500), {"error": error.details()}
+        return 200, {}
 
 
 @dataclass(frozen=True)

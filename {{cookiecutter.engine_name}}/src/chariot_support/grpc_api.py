@@ -6,11 +6,13 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import struct
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import grpc
+from google.protobuf.unknown_fields import UnknownFieldSet
 from grpc import aio
 from mlserver.errors import MLServerError
 from mlserver.grpc import dataplane_pb2 as pb
@@ -76,8 +78,26 @@ def _aborts_with_status(method: Callable) -> Callable:
     return call
 
 
+def _wider_parameters(parameters) -> None:
+    """MLServer's gRPC schema knows bool, int64 and string parameters; clients built on the full Open Inference
+    Protocol (tritonclient) also send double and uint64 ones, which arrive as unknown fields and would be lost.
+    They are read here: a double becomes its decimal string (as a JSON client's number reads), a uint64 an int64."""
+    for key in list(parameters):
+        parameter = parameters[key]
+        if parameter.WhichOneof("parameter_choice") is not None:
+            continue
+        for field in UnknownFieldSet(parameter):
+            if field.field_number == 4 and field.wire_type == 1:  # double_param
+                parameters[key].string_param = repr(struct.unpack("<d", struct.pack("<Q", field.data))[0])
+            elif field.field_number == 5 and field.wire_type == 0 and field.data < 2**63:  # uint64_param
+                parameters[key].int64_param = field.data
+
+
 def parse_infer_request(request: pb.ModelInferRequest) -> InferenceRequest:
     """The request as the data plane takes it; a malformed `raw_input_contents` is the client's mistake."""
+    _wider_parameters(request.parameters)
+    for tensor in request.inputs:
+        _wider_parameters(tensor.parameters)
     if request.raw_input_contents and len(request.raw_input_contents) != len(request.inputs):
         raise BadRequest(
             f"raw_input_contents has {len(request.raw_input_contents)} entries for {len(request.inputs)} inputs:"

@@ -78,7 +78,7 @@ def test_grpc_reports_a_failed_predict_as_internal_with_the_same_message(engine)
             stub.ModelInfer(grpc_request(faulty("raise"), "m-faulty"))
         assert caught.value.code() == grpc.StatusCode.INTERNAL
         assert caught.value.details() == rest.json()["error"]
-        assert grpc_results(stub.ModelInfer(grpc_request(faulty(None), "m-faulty")))["image-0"][0]["label"] == "cat"
+        assert grpc_results(stub.ModelInfer(grpc_request(chariot_request(image_input("image-0", PIXELS)), "m-faulty")))["image-0"][0]["label"] == "cat"
 
 
 def v1(engine, verb, body):

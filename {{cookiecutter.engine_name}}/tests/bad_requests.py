@@ -21,6 +21,7 @@ from pydantic import ValidationError
 
 from chariot_support.decoding import DEFAULT_LIMITS, decode_image, parse_request
 from chariot_support.errors import ChariotError
+from chariot_support.grpc_api import GRPC_STATUS
 from chariot_support.testing import encode_image, grpc_request
 
 # Image Text to Text needs prompts; the other tasks pass them to predict untouched, so every image carries some.
@@ -371,15 +372,9 @@ REST_TRANSPORTS = [
     Rest("chariot-root", "/infer"),
 ]
 
-# The HTTP status each gRPC code stands for, to hold gRPC answers to the catalogue's statuses.
-HTTP_STATUS = {
-    grpc.StatusCode.INVALID_ARGUMENT: 400,
-    grpc.StatusCode.NOT_FOUND: 404,
-    grpc.StatusCode.RESOURCE_EXHAUSTED: 413,
-    grpc.StatusCode.INTERNAL: 500,
-    grpc.StatusCode.UNAVAILABLE: 503,
-    grpc.StatusCode.DEADLINE_EXCEEDED: 504,
-}
+# The HTTP status each gRPC code stands for (the first the engine maps to it), to hold gRPC answers to the
+# catalogue's statuses.
+HTTP_STATUS = {code: status for status, code in reversed(GRPC_STATUS.items())}
 
 
 @dataclass(frozen=True)

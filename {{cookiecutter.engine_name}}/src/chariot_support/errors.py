@@ -1,6 +1,7 @@
 """Errors an engine answers with: each carries its HTTP status and a message for the person who caused it."""
 
 from mlserver.errors import MLServerError
+from mlserver.parallel.errors import WorkerError
 
 
 class ChariotError(MLServerError):
@@ -44,3 +45,12 @@ class ModelBusy(ChariotError):
     """A model that is not thread-safe is still inside a predict that overran its timeout (503)."""
 
     status_code_default = 503
+
+
+def unwrap_worker_error(error: MLServerError) -> MLServerError:
+    """Parallel workers prefix an error's message with its class path; the client only needs the message."""
+    if isinstance(error, WorkerError):
+        message = str(error)
+        if message.startswith(f"{__name__}.") and ": " in message:
+            return ChariotError(message.split(": ", 1)[1], error.status_code)
+    return error

@@ -21,7 +21,7 @@ from mlserver.types import InferenceRequest, Parameters, RequestInput
 
 from .base import has_explain
 from .decoding import DEFAULT_LIMITS, Limits, ParsedRequest, parse_request
-from .errors import BadRequest, ChariotError, NotFound
+from .errors import BadRequest, ChariotError, NotFound, unwrap_worker_error
 from .runtime import engine_limits, import_model_class
 from .tasks import TaskType
 
@@ -322,9 +322,7 @@ def _json(content: Any, status_code: int = 200) -> Response:
 
 
 def _failure(error: MLServerError) -> Response:
-    from .server import _unwrap  # server imports this module to install the routes
-
-    error = _unwrap(error)
+    error = unwrap_worker_error(error)
     return _json({"error": str(error)}, error.status_code)
 
 

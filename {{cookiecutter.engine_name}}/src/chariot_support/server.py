@@ -16,7 +16,6 @@ from fastapi.responses import JSONResponse
 from mlserver import MLServer
 from mlserver.errors import MLServerError, ModelNotFound
 from mlserver.handlers import DataPlane, ModelRepositoryHandlers
-from mlserver.parallel.errors import WorkerError
 from mlserver.repository import ModelRepository
 from mlserver.rest.endpoints import Endpoints
 from mlserver.settings import ModelParameters, ModelSettings, Settings
@@ -32,7 +31,7 @@ from mlserver.utils import install_uvloop_event_loop
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .base import ChariotModel
-from .errors import ChariotError, NotFound
+from .errors import ChariotError, NotFound, unwrap_worker_error
 from .grpc_api import ChariotGRPCServer
 from .legacy import install_legacy_routes
 from .logs import GRPCRequestLog, configure_logging, install_request_log
@@ -99,16 +98,6 @@ def model_settings(model_class: type[ChariotModel], model_id: str) -> ModelSetti
     )
 
 
-def _unwrap(error: MLServerError) -> MLServerError:
-    """Parallel workers prefix an error's message with its class path; the client only needs the message."""
-    if isinstance(error, WorkerError):
-        message = str(error)
-        prefix = f"{ChariotError.__module__}."
-        if message.startswith(prefix) and ": " in message:
-            return ChariotError(message.split(": ", 1)[1], error.status_code)
-    return error
-
-
 class ChariotDataPlane:
     """MLServer's data plane with Chariot's model naming, request ids and not-found messages, shared by REST
     and gRPC."""
@@ -153,7 +142,7 @@ class ChariotDataPlane:
             except ModelNotFound:
                 raise
             except MLServerError as error:
-                raise _unwrap(error) from None
+                raise unwrap_worker_error(error) from None
         response.model_name = name
         return response
 

@@ -13,42 +13,11 @@ import cv2
 import numpy as np
 import pytest
 
-from chariot_support.testing import engine_package, run_engine
+from chariot_support.testing import Scene, draw_scene, engine_package, run_engine
 
 ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src"
 SAMPLES = ROOT / "samples"
-
-
-@dataclass(frozen=True)
-class Scene:
-    """What was drawn, in pixels: a red rectangle, a green disc and a blue rectangle turned 30 degrees clockwise."""
-
-    pixels: np.ndarray
-    red_box: tuple[int, int, int, int] = (20, 30, 100, 90)  # xmin, ymin, xmax, ymax (max exclusive)
-    green_centre: tuple[int, int] = (250, 60)
-    green_radius: int = 30
-    blue_centre: tuple[float, float] = (160.0, 170.0)
-    blue_size: tuple[float, float] = (100.0, 40.0)
-    blue_degrees: float = 30.0
-
-    @property
-    def width(self) -> int:
-        return self.pixels.shape[1]
-
-    @property
-    def height(self) -> int:
-        return self.pixels.shape[0]
-
-
-def draw_scene() -> Scene:
-    scene = Scene(pixels=np.zeros((240, 320, 3), np.uint8))
-    xmin, ymin, xmax, ymax = scene.red_box
-    cv2.rectangle(scene.pixels, (xmin, ymin), (xmax - 1, ymax - 1), (255, 0, 0), -1)
-    cv2.circle(scene.pixels, scene.green_centre, scene.green_radius, (0, 255, 0), -1)
-    corners = cv2.boxPoints((scene.blue_centre, scene.blue_size, scene.blue_degrees))
-    cv2.fillPoly(scene.pixels, [np.round(corners).astype(np.int32)], (0, 0, 255))
-    return scene
 
 
 @pytest.fixture(scope="session")

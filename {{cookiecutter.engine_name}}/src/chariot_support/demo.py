@@ -1,6 +1,7 @@
 """Weight-free demo "model": finds saturated red, green and blue regions on a dark background.
 
-Every baked engine ships this so it runs end to end before real weights are wired in.
+Every baked engine ships this so it runs end to end before real weights are wired in, and the support package's
+own tests serve DEMO_MODELS, one per task type, so that they never depend on the model an engine's author wrote.
 """
 
 from __future__ import annotations
@@ -8,14 +9,16 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
 
 import cv2
 import numpy as np
 
-from .tasks import Classification, Detection, OrientedDetection, PromptAnswer, Segmentation
+from .base import ChariotModel
+from .decoding import Image
+from .tasks import Classification, Detection, OrientedDetection, PromptAnswer, Segmentation, TaskType
 
 LABELS = ("red", "green", "blue")
 
@@ -204,3 +207,82 @@ def _touches(region: ColourRegion, mask: np.ndarray) -> bool:
 
 def _count(n: int, colour: str) -> str:
     return f"{n} {colour} region{'' if n == 1 else 's'}"
+
+
+class _Demo(ChariotModel):
+    """What every demo model shares: the colour finder, read from model_dir, and explanation by occlusion."""
+
+    thread_safe = True  # the finder keeps no per-request state
+
+    def load(self, model_dir: Path) -> None:
+        self.finder = ColourFinder.from_dir(model_dir)
+
+    def explain(
+        self, images: Sequence[Image], tensors: Mapping[str, np.ndarray], results: Sequence[Sequence]
+    ) -> list[dict]:
+        return [
+            {"importance_scores": self.finder.occlusion(image.pixels, chosen)}
+            for image, chosen in zip(images, results, strict=True)
+        ]
+
+
+class DemoClassifier(_Demo):
+    task_type = TaskType.IMAGE_CLASSIFICATION
+
+    def predict(self, images: Sequence[Image], tensors: Mapping[str, np.ndarray]) -> list[list[Classification]]:
+        return [
+            [Classification(label=label, score=score) for label, score in self.finder.class_scores(i.pixels).items()]
+            for i in images
+        ]
+
+
+class DemoDetector(_Demo):
+    task_type = TaskType.OBJECT_DETECTION
+
+    def predict(self, images: Sequence[Image], tensors: Mapping[str, np.ndarray]) -> list[list[Detection]]:
+        return [
+            [
+                Detection(label=r.label, score=r.score, xmin=r.bbox[0], ymin=r.bbox[1], xmax=r.bbox[2], ymax=r.bbox[3])
+                for r in self.finder.find(i.pixels)
+            ]
+            for i in images
+        ]
+
+
+class DemoOrientedDetector(_Demo):
+    task_type = TaskType.ORIENTED_OBJECT_DETECTION
+
+    def predict(self, images: Sequence[Image], tensors: Mapping[str, np.ndarray]) -> list[list[OrientedDetection]]:
+        return [
+            [
+                OrientedDetection.from_rotated_rect(r.label, r.score, r.rotated_box, i.width, i.height)
+                for r in self.finder.find(i.pixels)
+            ]
+            for i in images
+        ]
+
+
+class DemoSegmenter(_Demo):
+    task_type = TaskType.IMAGE_SEGMENTATION
+
+    def predict(self, images: Sequence[Image], tensors: Mapping[str, np.ndarray]) -> list[list[Segmentation]]:
+        return [
+            [Segmentation(label=r.label, score=r.score, contour=[r.contour]) for r in self.finder.find(i.pixels)]
+            for i in images
+        ]
+
+
+class DemoPromptAnswerer(_Demo):
+    task_type = TaskType.IMAGE_TEXT_TO_TEXT
+
+    def predict(self, images: Sequence[Image], tensors: Mapping[str, np.ndarray]) -> list[list[PromptAnswer]]:
+        return [
+            [PromptAnswer(prompt=prompt, answer=self.finder.describe(i.pixels, prompt)) for prompt in i.prompts]
+            for i in images
+        ]
+
+
+DEMO_MODELS: dict[TaskType, type[ChariotModel]] = {
+    model.task_type: model
+    for model in (DemoClassifier, DemoDetector, DemoOrientedDetector, DemoSegmenter, DemoPromptAnswerer)
+}

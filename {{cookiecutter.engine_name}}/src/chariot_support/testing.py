@@ -14,7 +14,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +25,38 @@ import numpy as np
 
 from .decoding import Image
 from .errors import ChariotError
+
+
+@dataclass(frozen=True)
+class Scene:
+    """What was drawn, in pixels: a red rectangle, a green disc and a blue rectangle turned 30 degrees clockwise."""
+
+    pixels: np.ndarray
+    red_box: tuple[int, int, int, int] = (20, 30, 100, 90)  # xmin, ymin, xmax, ymax (max exclusive)
+    green_centre: tuple[int, int] = (250, 60)
+    green_radius: int = 30
+    blue_centre: tuple[float, float] = (160.0, 170.0)
+    blue_size: tuple[float, float] = (100.0, 40.0)
+    blue_degrees: float = 30.0
+
+    @property
+    def width(self) -> int:
+        return self.pixels.shape[1]
+
+    @property
+    def height(self) -> int:
+        return self.pixels.shape[0]
+
+
+def draw_scene() -> Scene:
+    """The test scene (RGB): what samples/scene.png holds and the demo models find."""
+    scene = Scene(pixels=np.zeros((240, 320, 3), np.uint8))
+    xmin, ymin, xmax, ymax = scene.red_box
+    cv2.rectangle(scene.pixels, (xmin, ymin), (xmax - 1, ymax - 1), (255, 0, 0), -1)
+    cv2.circle(scene.pixels, scene.green_centre, scene.green_radius, (0, 255, 0), -1)
+    corners = cv2.boxPoints((scene.blue_centre, scene.blue_size, scene.blue_degrees))
+    cv2.fillPoly(scene.pixels, [np.round(corners).astype(np.int32)], (0, 0, 255))
+    return scene
 
 
 def free_port() -> int:
@@ -219,10 +251,11 @@ def run_engine(
     env: dict[str, str] | None = None,
     python: str = sys.executable,
     timeout: float = 90.0,
+    args: Sequence[str] = (),
     **popen: Any,
 ) -> Iterator[RunningEngine]:
-    """Start `python -m package` on free 127.0.0.1 ports, wait until it is ready, and stop it afterwards. `popen`
-    goes to subprocess.Popen (cwd, user, group...)."""
+    """Start `python -m package *args` on free 127.0.0.1 ports, wait until it is ready, and stop it afterwards.
+    `popen` goes to subprocess.Popen (cwd, user, group...)."""
     ports = free_port(), free_port(), free_port()
     environment = {
         **os.environ,
@@ -236,7 +269,7 @@ def run_engine(
         environment["PYTHONPATH"] = os.pathsep.join(filter(None, [str(src), environment.get("PYTHONPATH")]))
     log_file = tempfile.NamedTemporaryFile(prefix=f"{package}-", suffix=".log", delete=False)
     process = subprocess.Popen(
-        [python, "-m", package], env=environment, stdout=log_file, stderr=subprocess.STDOUT, **popen
+        [python, "-m", package, *args], env=environment, stdout=log_file, stderr=subprocess.STDOUT, **popen
     )
     engine = RunningEngine(process, *ports, Path(log_file.name))
     try:
@@ -261,3 +294,8 @@ def stop(engine: RunningEngine, timeout: float = 20.0) -> int:
             engine.process.kill()
             engine.process.wait(timeout)
     return engine.process.returncode
+
+
+def run_demo_engine(task: str, **options: Any):
+    """run_engine for the demo model of `task` (a TaskType or its name), served by the support package itself."""
+    return run_engine("chariot_support", args=[getattr(task, "value", task)], **options)

@@ -38,8 +38,8 @@ def main() -> None:
 
     engine_dir = Path(cookiecutter(str(ROOT), no_input=True, extra_context={"task_type": args.task},
                                    output_dir=tempfile.mkdtemp(prefix="soak-")))
-    sys.path[:0] = [str(engine_dir / "src"), str(engine_dir / "tests")]
-    from bad_requests import CASES, GOOD, REST_TRANSPORTS  # the baked engine's own catalogue
+    sys.path[:0] = [str(engine_dir / "src"), str(ROOT / "tests" / "support")]
+    from bad_requests import CASES, GOOD, REST_TRANSPORTS  # the support tests' catalogue
 
     from chariot_support.testing import engine_package, run_engine
 

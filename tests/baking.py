@@ -1,5 +1,9 @@
 """Baking engines for the template's tests: every task type, one of them under unusual names."""
 
+import atexit
+import functools
+import shutil
+import tempfile
 from pathlib import Path
 
 from cookiecutter.main import cookiecutter
@@ -24,3 +28,12 @@ def bake(task: str, output_dir: Path) -> Path:
 
 def model_name(task: str) -> str:
     return f"m-{ANSWERS.get(task, {}).get('model_id', 'demo')}"
+
+
+@functools.cache
+def default_engine() -> Path:
+    """The default engine (Object Detection, the demo model), baked once per test process into a temporary folder
+    that is removed at exit: for tests of the files every engine carries."""
+    out = Path(tempfile.mkdtemp(prefix="baked-"))
+    atexit.register(shutil.rmtree, out, ignore_errors=True)
+    return bake("Object Detection", out)

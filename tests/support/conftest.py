@@ -1,12 +1,22 @@
 """Fixtures for the support package's tests: the real engine serving the demo model of each task type, on free
 loopback ports, so that these tests hold whatever model an engine's author writes."""
 
+import math
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+
+import cv2
+import numpy as np
 import pytest
 
 from chariot_support.tasks import TaskType
 from chariot_support.testing import Scene, draw_scene, run_demo_engine
+from template_paths import ENGINE_TEMPLATE, SUPPORT_SRC
 
 MODEL_NAME = "m-demo"
+SAMPLES = ENGINE_TEMPLATE / "samples"
 
 
 def task_id(task: TaskType) -> str:
@@ -33,3 +43,50 @@ def model_name() -> str:
 @pytest.fixture(scope="session")
 def scene() -> Scene:
     return draw_scene()
+
+
+@pytest.fixture(scope="session")
+def run_client():
+    """Run the command-line client (`python -m chariot_support.client ARGS...`) from the engine folder, where
+    samples/ is, as a user runs their engine's client."""
+
+    def run(*args: str, timeout: float = 120.0) -> subprocess.CompletedProcess:
+        path = os.pathsep.join(filter(None, [str(SUPPORT_SRC), os.environ.get("PYTHONPATH")]))
+        return subprocess.run(
+            [sys.executable, "-m", "chariot_support.client", *map(str, args)],
+            cwd=ENGINE_TEMPLATE,
+            env={**os.environ, "PYTHONPATH": path},
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+
+    return run
+
+
+@dataclass(frozen=True)
+class Drawn:
+    """What the client printed for samples/scene.png, the picture, and the client's drawing of it (both BGR)."""
+
+    lines: list[str]
+    before: np.ndarray
+    after: np.ndarray
+
+
+@pytest.fixture
+def client_on_scene(engine, run_client, tmp_path):
+    """Run the client on samples/scene.png against the engine with `--draw`, plus any other arguments."""
+
+    def run(*args: str) -> Drawn:
+        out = tmp_path / "found.png"
+        result = run_client("samples/scene.png", "--url", engine.url, "--draw", out, *args)
+        assert result.returncode == 0, result.stderr
+        return Drawn(result.stdout.splitlines(), cv2.imread(str(SAMPLES / "scene.png")), cv2.imread(str(out)))
+
+    return run
+
+
+def angle_between(a: float, b: float, period: float = math.pi / 2) -> float:
+    """Distance between two box angles, in radians, ignoring the quarter turns that describe the same box."""
+    d = (a - b) % period
+    return min(d, period - d)

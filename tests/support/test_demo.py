@@ -253,7 +253,7 @@ def test_find_is_deterministic_on_vga_image():
     finder = ColourFinder()
     first, second = finder.find(img), finder.find(img.copy())
     assert len(first) == len(second) == 3
-    for a, b in zip(first, second):
+    for a, b in zip(first, second, strict=True):
         assert (a.label, a.score, a.area, a.bbox, a.rotated_box) == (b.label, b.score, b.area, b.bbox, b.rotated_box)
         assert np.array_equal(a.contour, b.contour)
 
@@ -271,8 +271,10 @@ def test_occlusion_of_a_whole_region_takes_its_whole_score():
 
     finder, img = ColourFinder(), scene()
     regions = finder.find(img)
-    results = [Detection(label=r.label, score=r.score, xmin=r.bbox[0], ymin=r.bbox[1], xmax=r.bbox[2], ymax=r.bbox[3])
-               for r in regions]
+    results = [
+        Detection(label=r.label, score=r.score, xmin=r.bbox[0], ymin=r.bbox[1], xmax=r.bbox[2], ymax=r.bbox[3])
+        for r in regions
+    ]
     results += [OrientedDetection.from_rotated_rect(r.label, r.score, r.rotated_box, W, H) for r in regions]
     results += [Segmentation(label=r.label, score=r.score, contour=[r.contour]) for r in regions]
     assert finder.occlusion(img, results) == pytest.approx([r.score for r in results])

@@ -54,7 +54,9 @@ def test_predict_faults_are_500_with_a_message_for_the_author(engine, fault, ima
     assert message in response.json()["error"]
     good = infer(engine, faulty(None))
     assert good.status_code == 200, good.text
-    assert good.json()["outputs"][0]["data"] == [[{"label": "cat", "score": 0.9, "xmin": 1.0, "xmax": 5.0, "ymin": 2.0, "ymax": 6.0}]]
+    assert good.json()["outputs"][0]["data"] == [
+        [{"label": "cat", "score": 0.9, "xmin": 1.0, "xmax": 5.0, "ymin": 2.0, "ymax": 6.0}]
+    ]
     assert requests.get(f"{engine.url}/v2/health/ready", timeout=5).status_code == 200
 
 
@@ -78,7 +80,12 @@ def test_grpc_reports_a_failed_predict_as_internal_with_the_same_message(engine)
             stub.ModelInfer(grpc_request(faulty("raise"), "m-faulty"))
         assert caught.value.code() == grpc.StatusCode.INTERNAL
         assert caught.value.details() == rest.json()["error"]
-        assert grpc_results(stub.ModelInfer(grpc_request(chariot_request(image_input("image-0", PIXELS)), "m-faulty")))["image-0"][0]["label"] == "cat"
+        assert (
+            grpc_results(stub.ModelInfer(grpc_request(chariot_request(image_input("image-0", PIXELS)), "m-faulty")))[
+                "image-0"
+            ][0]["label"]
+            == "cat"
+        )
 
 
 def v1(engine, verb, body):

@@ -25,8 +25,11 @@ def make_runtime(monkeypatch):
 
     def make(threads: int) -> ChariotRuntime:
         monkeypatch.setenv("CHARIOT_THREADS", str(threads))
-        settings = ModelSettings(name="m-test", implementation=ChariotRuntime,
-                                 parameters=ModelParameters(extra={"model_class": "faulty_engine.model:FaultyModel"}))
+        settings = ModelSettings(
+            name="m-test",
+            implementation=ChariotRuntime,
+            parameters=ModelParameters(extra={"model_class": "faulty_engine.model:FaultyModel"}),
+        )
         runtime = ChariotRuntime(settings)
         asyncio.run(runtime.load())
         runtimes.append(runtime)

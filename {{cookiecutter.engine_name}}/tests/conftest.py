@@ -1,28 +1,20 @@
-"""Fixtures for this engine's tests: a scene of coloured shapes drawn in the test, and the real engine serving
-on free loopback ports."""
+"""Fixtures for this engine's tests: your model, loaded as the engine loads it, and the real engine serving it on
+free loopback ports with the same MODEL_DIR (set MODEL_DIR when your model reads files: `MODEL_DIR=./my-model
+pytest`; it defaults to /mnt/models, as in the image)."""
 
 import importlib
-import math
 import os
-import subprocess
-import sys
-from dataclasses import dataclass
 from pathlib import Path
 
-import cv2
-import numpy as np
 import pytest
 
-from chariot_support.testing import Scene, draw_scene, engine_package, run_engine
+from chariot_support.base import ChariotModel
+from chariot_support.model_check import sample_pictures, start_failure
+from chariot_support.testing import EngineDidNotStart, engine_package, run_engine
 
 ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src"
 SAMPLES = ROOT / "samples"
-
-
-@pytest.fixture(scope="session")
-def scene() -> Scene:
-    return draw_scene()
 
 
 @pytest.fixture(scope="session")
@@ -31,57 +23,41 @@ def package() -> str:
 
 
 @pytest.fixture(scope="session")
+def model_class(package: str) -> type[ChariotModel]:
+    return importlib.import_module(f"{package}.model").Model
+
+
+@pytest.fixture(scope="session")
+def model_dir() -> Path:
+    return Path(os.environ.get("MODEL_DIR", "/mnt/models"))
+
+
+@pytest.fixture(scope="session")
+def model(model_class: type[ChariotModel], model_dir: Path) -> ChariotModel:
+    """Your model, loaded once, for calling predict directly."""
+    loaded = model_class()
+    loaded.load(model_dir)
+    return loaded
+
+
+@pytest.fixture(scope="session")
 def model_name(package: str) -> str:
     return f"m-{importlib.import_module(f'{package}.__main__').DEFAULT_MODEL_ID}"
 
 
 @pytest.fixture(scope="session")
-def engine(package: str):
-    with run_engine(package, src=SRC) as running:
-        yield running
+def pictures() -> list[Path]:
+    return sample_pictures(SAMPLES)
 
 
 @pytest.fixture(scope="session")
-def run_client(package: str):
-    """Run `python -m <package>.client ARGS...` as a user would, from the engine's folder."""
-
-    def run(*args: str, timeout: float = 120.0) -> subprocess.CompletedProcess:
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(SRC), os.environ.get("PYTHONPATH")]))}
-        return subprocess.run(
-            [sys.executable, "-m", f"{package}.client", *map(str, args)],
-            cwd=ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
-
-    return run
-
-
-@dataclass(frozen=True)
-class Drawn:
-    """What the client printed for samples/scene.png, the picture, and the client's drawing of it (both BGR)."""
-
-    lines: list[str]
-    before: np.ndarray
-    after: np.ndarray
-
-
-@pytest.fixture
-def client_on_scene(engine, run_client, tmp_path):
-    """Run the client on samples/scene.png against the engine with `--draw`, plus any other arguments."""
-
-    def run(*args: str) -> Drawn:
-        out = tmp_path / "found.png"
-        result = run_client("samples/scene.png", "--url", engine.url, "--draw", out, *args)
-        assert result.returncode == 0, result.stderr
-        return Drawn(result.stdout.splitlines(), cv2.imread(str(SAMPLES / "scene.png")), cv2.imread(str(out)))
-
-    return run
-
-
-def angle_between(a: float, b: float, period: float = math.pi / 2) -> float:
-    """Distance between two box angles, in radians, ignoring the quarter turns that describe the same box."""
-    d = (a - b) % period
-    return min(d, period - d)
+def engine(package: str, model_dir: Path):
+    starting = run_engine(package, src=SRC, env={"MODEL_DIR": str(model_dir)})
+    try:
+        running = starting.__enter__()
+    except EngineDidNotStart as error:
+        pytest.fail(start_failure(model_dir, error.log), pytrace=False)
+    try:
+        yield running
+    finally:
+        starting.__exit__(None, None, None)

@@ -21,7 +21,10 @@ class FaultyModel(ChariotModel):
         if fault == "too-few-lists":
             return []
         if fault == "score-out-of-range":
-            return [[Detection(label="cat", score=0.5, xmin=0, xmax=1, ymin=0, ymax=1)], [{"label": "cat", "score": 7, "xmin": 0, "xmax": 1, "ymin": 0, "ymax": 1}]]
+            return [
+                [Detection(label="cat", score=0.5, xmin=0, xmax=1, ymin=0, ymax=1)],
+                [{"label": "cat", "score": 7, "xmin": 0, "xmax": 1, "ymin": 0, "ymax": 1}],
+            ]
         if fault == "sleep":  # slow but well-behaved: answers after `seconds`
             time.sleep(float(parameters.get("seconds", 2)))
         if fault == "hang":  # a predict that, as far as any request can wait, never returns

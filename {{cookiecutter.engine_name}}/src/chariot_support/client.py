@@ -494,3 +494,7 @@ def main(argv: Sequence[str] | None = None, *, default_model_id: str = "demo") -
         where = drawings[0] if len(drawings) == 1 else args.draw
         print(f"drawn: {where}", file=sys.stderr)
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -78,13 +78,31 @@ def as_image(
     *,
     name: str = "image",
     action: str = "predict",
-    prompts: tuple[str, ...] = (),
+    prompts: Sequence[str] = (),
     score_threshold: float | None = None,
 ) -> Image:
     """An Image as predict receives it, for calling a model directly in a test."""
     return Image(
         name=name, pixels=pixels, action=action, score_threshold=score_threshold, prompts=tuple(prompts), parameters={}
     )
+
+
+def read_picture(path: Path, **settings: Any) -> Image:
+    """The picture in the file at `path` as predict receives it (decoded as the engine decodes it), with the
+    request settings `as_image` takes."""
+    from .decoding import decode_image
+
+    return as_image(decode_image(Path(path).read_bytes(), str(path)), name=Path(path).name, **settings)
+
+
+def answer(model: Any, image: Image) -> list:
+    """What the engine answers for `image` from `model.predict`: the results checked against the task's format,
+    then `score_threshold`, `action` and prompt order applied."""
+    from .tasks import select, validate_results
+
+    task = model.task_type
+    (checked,) = validate_results(task, model.predict([image], {}), [image.name])
+    return select(task, checked, action=image.action, score_threshold=image.score_threshold, prompts=image.prompts)
 
 
 def image_input(name: str, rgb: np.ndarray, **parameters: Any) -> dict:
@@ -235,6 +253,14 @@ class RunningEngine:
         return self.process.poll() is None
 
 
+class EngineDidNotStart(RuntimeError):
+    """The engine exited, or was not ready in time; `log` is everything it wrote."""
+
+    def __init__(self, message: str, log: str):
+        super().__init__(message)
+        self.log = log
+
+
 def _ready(url: str) -> bool:
     try:
         with urllib.request.urlopen(f"{url}/v2/health/ready", timeout=2) as response:
@@ -276,7 +302,8 @@ def run_engine(
         deadline = time.monotonic() + timeout
         while not _ready(engine.url):
             if not engine.alive() or time.monotonic() > deadline:
-                raise RuntimeError(f"engine {package} did not become ready; its log:\n{engine.log()[-4000:]}")
+                log = engine.log()
+                raise EngineDidNotStart(f"engine {package} did not become ready; its log:\n{log[-4000:]}", log)
             time.sleep(0.2)
         yield engine
     finally:

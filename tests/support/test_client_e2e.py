@@ -7,6 +7,7 @@ import re
 import cv2
 
 from chariot_support.testing import chariot_metadata
+from template_paths import ENGINE_TEMPLATE
 
 # Prompts go to every task type; Image Text to Text needs them, the others pass them to predict.
 PROMPT = ["--prompt", "what colours are in the picture?"]
@@ -20,7 +21,7 @@ def test_several_images_get_a_table_each_a_drawing_each_and_a_counter(engine, ru
     assert "samples/shapes.jpg (image-1):" in result.stdout
     assert "[1/2] samples/scene.png" in result.stderr and "[2/2] samples/shapes.jpg" in result.stderr
     for name, sample in (("scene.png", "samples/scene.png"), ("shapes.png", "samples/shapes.jpg")):
-        drawn, original = cv2.imread(str(out / name)), cv2.imread(sample)
+        drawn, original = cv2.imread(str(out / name)), cv2.imread(str(ENGINE_TEMPLATE / sample))
         assert drawn is not None and drawn.shape == original.shape
         assert (cv2.absdiff(drawn, original) > 40).any(axis=2).sum() > 50, f"nothing drawn on {name}"
 

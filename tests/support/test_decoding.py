@@ -9,14 +9,13 @@ import zlib
 import numpy as np
 import PIL.Image
 import pytest
+from bad_requests import CASES, Parser
 from mlserver.types import InferenceRequest
 
 from chariot_support.decoding import DEFAULT_LIMITS, Limits, decode_image, parse_request
 from chariot_support.errors import BadRequest
 from chariot_support.tasks import TaskType
 from chariot_support.testing import as_image, encode_image, expect_error
-
-from bad_requests import CASES, Parser
 
 DETECTION = TaskType.OBJECT_DETECTION
 RED, BLUE = (255, 0, 0), (0, 0, 255)

@@ -2,6 +2,7 @@
 never another exception."""
 
 import numpy as np
+from fuzzing import mangled_images, requests_
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from mlserver.types import InferenceRequest
@@ -10,8 +11,6 @@ from pydantic import ValidationError
 from chariot_support.decoding import decode_image, parse_request
 from chariot_support.errors import ChariotError
 from chariot_support.tasks import TaskType
-
-from fuzzing import mangled_images, requests_
 
 BOUNDED = settings(max_examples=200, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 

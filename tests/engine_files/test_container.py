@@ -13,13 +13,13 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
-import tomllib
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pytest
+import tomllib
 
 try:
     from packaging.requirements import Requirement
@@ -32,10 +32,11 @@ except ImportError:  # packaging is pinned in constraints.txt, but pip always ca
     from pip._vendor.packaging.utils import canonicalize_name
     from pip._vendor.packaging.version import Version
 
+from baking import default_engine
 from chariot_support.server import ENGINE_DEFAULTS
 from chariot_support.testing import chariot_request, engine_package, free_port, image_input, run_engine
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = default_engine()
 HEALTH_PATHS = {"/v2/health/ready", "/v2/health/live", "/ready"}  # the health routes the engine serves
 SLIM_PYTHON = re.compile(r"(?:docker\.io/(?:library/)?)?python:(\d+\.\d+)(\.\d+)?-slim-[a-z]+(@sha256:[0-9a-f]+)?")
 PIN = re.compile(r"(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)==(?P<version>[A-Za-z0-9.+!_-]+)")

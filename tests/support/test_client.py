@@ -17,8 +17,9 @@ import chariot_support
 from chariot_support import client
 from chariot_support.tasks import Segmentation
 from chariot_support.testing import changed_near, free_port
+from template_paths import ENGINE_TEMPLATE
 
-SAMPLES = Path(__file__).resolve().parents[1] / "samples"
+SAMPLES = ENGINE_TEMPLATE / "samples"
 DETECTIONS = [
     {"label": "red", "score": 0.9056, "xmin": 20.0, "xmax": 100.0, "ymin": 30.0, "ymax": 90.0},
     {"label": "green", "score": 0.85, "xmin": 221.0, "xmax": 281.0, "ymin": 31.0, "ymax": 91.0},

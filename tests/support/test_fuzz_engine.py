@@ -4,11 +4,10 @@
 import json
 
 import requests
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-
 from bad_requests import GOOD
 from fuzzing import requests_
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 PATHS = ["/v2/models/{model}/infer", "/v2/models/{model}/infer/", "/infer"]
 BOUNDED = settings(

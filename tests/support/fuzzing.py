@@ -3,11 +3,10 @@ replaced by any JSON value, and image files with bytes cut, flipped or spliced."
 
 from __future__ import annotations
 
+from bad_requests import JPEG, PNG, PROMPTS, b64
 from hypothesis import strategies as st
 
 from chariot_support.decoding import NUMERIC_DTYPES
-
-from bad_requests import JPEG, PNG, PROMPTS, b64
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=12),

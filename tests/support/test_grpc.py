@@ -2,7 +2,6 @@
 
 import base64
 import json
-from pathlib import Path
 
 import grpc
 import numpy as np
@@ -11,6 +10,7 @@ import requests
 from mlserver.grpc import dataplane_pb2 as pb
 from mlserver.grpc.dataplane_pb2_grpc import GRPCInferenceServiceStub
 
+from chariot_support.tasks import TaskType
 from chariot_support.testing import (
     chariot_metadata,
     chariot_request,
@@ -18,7 +18,7 @@ from chariot_support.testing import (
     grpc_request,
     grpc_results,
     image_input,
-    run_engine,
+    run_demo_engine,
 )
 
 PROMPTS = ["what colours are in the picture?"]
@@ -154,11 +154,9 @@ def test_unknown_model_is_not_found_on_every_call(engine, stub, scene):
 
 
 @pytest.fixture(scope="module")
-def small_engine(package):
+def small_engine():
     """An engine of its own, whose model the repository tests unload, with a 1 MiB request limit."""
-    with run_engine(
-        package, src=Path(__file__).resolve().parents[1] / "src", env={"CHARIOT_MAX_REQUEST_MB": "1"}
-    ) as running:
+    with run_demo_engine(TaskType.OBJECT_DETECTION, env={"CHARIOT_MAX_REQUEST_MB": "1"}) as running:
         with grpc.insecure_channel(running.grpc_address) as channel:
             yield running, GRPCInferenceServiceStub(channel)
 

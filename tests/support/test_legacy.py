@@ -2,7 +2,6 @@
 both protocols' documents sent with images, answered with the very results the V2 route gives."""
 
 import base64
-import importlib
 import json
 
 import numpy as np
@@ -13,11 +12,6 @@ from chariot_support.tasks import TaskType
 from chariot_support.testing import chariot_request, encode_image, image_input
 
 PROMPTS = ["how many regions are there?", "is there anything red?"]
-
-
-@pytest.fixture(scope="module")
-def task(package) -> TaskType:
-    return importlib.import_module(f"{package}.model").Model.task_type
 
 
 @pytest.fixture(scope="module")

@@ -7,10 +7,9 @@ from pathlib import Path
 
 import pytest
 import requests
+from bad_requests import BOMB, BOMB_SIDE, CASES, GOOD, REST_TRANSPORTS, Grpc, Parser, b64, image, request
 
 from chariot_support.tasks import TaskType
-
-from bad_requests import BOMB, BOMB_SIDE, CASES, GOOD, REST_TRANSPORTS, Grpc, Parser, b64, image, request
 
 TRANSPORTS = [*REST_TRANSPORTS, Grpc()]
 PAIRS = [(transport, case) for transport in TRANSPORTS for case in CASES if transport.carries(case)]

@@ -28,7 +28,9 @@ def json_lines(log: str) -> list[dict]:
 
 
 def request_line(log: str, request_id: str) -> dict:
-    (line,) = [e for e in json_lines(log) if e["logger"] == "chariot_support.requests" and e["request_id"] == request_id]
+    (line,) = [
+        e for e in json_lines(log) if e["logger"] == "chariot_support.requests" and e["request_id"] == request_id
+    ]
     return line
 
 
@@ -37,8 +39,9 @@ def infer(engine, body, **kwargs):
 
 
 def grpc_infer(engine, request_id, data):
-    tensor = pb.ModelInferRequest.InferInputTensor(name="image-0", datatype="BYTES", shape=[1],
-                                                   contents=pb.InferTensorContents(bytes_contents=[data]))
+    tensor = pb.ModelInferRequest.InferInputTensor(
+        name="image-0", datatype="BYTES", shape=[1], contents=pb.InferTensorContents(bytes_contents=[data])
+    )
     with grpc.insecure_channel(engine.grpc_address) as channel:
         stub = GRPCInferenceServiceStub(channel)
         try:
@@ -122,7 +125,11 @@ def test_warning_level_keeps_failures_and_drops_the_rest():
 
 def test_an_unknown_level_stops_the_engine_with_the_allowed_ones():
     result = subprocess.run(
-        [sys.executable, "-m", "faulty_engine"], cwd=HERE, capture_output=True, text=True, timeout=60,
+        [sys.executable, "-m", "faulty_engine"],
+        cwd=HERE,
+        capture_output=True,
+        text=True,
+        timeout=60,
         env={**os.environ, "CHARIOT_LOG_LEVEL": "loud", "MLSERVER_HTTP_PORT": "0"},
     )
     assert result.returncode != 0
@@ -133,8 +140,9 @@ def test_a_record_with_an_exception_carries_its_traceback():
     try:
         raise RuntimeError("the GPU caught fire")
     except RuntimeError:
-        record = logging.LogRecord("chariot_support", logging.ERROR, __file__, 1, "predict failed for %s", ("r-1",),
-                                   sys.exc_info())
+        record = logging.LogRecord(
+            "chariot_support", logging.ERROR, __file__, 1, "predict failed for %s", ("r-1",), sys.exc_info()
+        )
     record.fields = {"request_id": "r-1"}
     entry = json.loads(JSONLines().format(record))
     assert entry["message"] == "predict failed for r-1" and entry["request_id"] == "r-1" and entry["level"] == "error"

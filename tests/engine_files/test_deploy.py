@@ -2,15 +2,15 @@
 paths (asked of the running engine), model directory, user and the environment variables it reads."""
 
 import re
-from pathlib import Path
 
 import pytest
 import requests
 import yaml
 
+from baking import default_engine
 from chariot_support.server import ENGINE_DEFAULTS
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = default_engine()
 KSERVE = ROOT / "deploy" / "kserve"
 DNS_1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 

@@ -1,0 +1,86 @@
+"""The checks every baked engine's test_model.py holds its author's model to: they pass on each demo model served,
+and each refuses what Chariot could not use, with a sentence naming the picture."""
+
+from pathlib import Path
+
+import pytest
+
+from chariot_support.base import has_explain
+from chariot_support.demo import DEMO_MODELS
+from chariot_support.model_check import (
+    PROMPTS,
+    ServedModel,
+    check_explanations,
+    check_results,
+    same_answers,
+    sample_pictures,
+    start_failure,
+)
+from chariot_support.tasks import TaskType
+from template_paths import ENGINE_TEMPLATE
+
+SAMPLES = ENGINE_TEMPLATE / "samples"
+
+
+def test_every_demo_model_passes_the_checks(engine, model_name, task):
+    served = ServedModel(engine.url, model_name, task, sample_pictures(SAMPLES))
+    answers = served.infer()
+    assert len(answers) == 2 and all(answers), "the demo finds something in each sample"
+    assert all(same_answers(concurrent, answers) for concurrent in served.infer_concurrently(4))
+    status, explained = served.explain()
+    assert status == 200 and has_explain(DEMO_MODELS[task])
+    check_explanations(explained, answers)
+
+
+@pytest.mark.parametrize(
+    "task, results, message",
+    [
+        (TaskType.OBJECT_DETECTION, {"label": "cat"}, "not a list of results"),
+        (TaskType.OBJECT_DETECTION, [{"label": "cat", "score": 0.5}], "field 'xmin'"),
+        (TaskType.IMAGE_CLASSIFICATION, [{"label": "cat", "score": 1.5}], "field 'score'"),
+        (
+            TaskType.IMAGE_TEXT_TO_TEXT,
+            [{"prompt": PROMPTS[1], "answer": "a"}, {"prompt": PROMPTS[0], "answer": "b"}],
+            "answered",
+        ),
+    ],
+)
+def test_results_chariot_cannot_use_are_refused_naming_the_picture(task, results, message):
+    with pytest.raises(AssertionError, match=message) as refused:
+        check_results(task, results, "beach.jpg")
+    assert "beach.jpg" in str(refused.value)
+
+
+def test_empty_results_are_valid():
+    assert check_results(TaskType.IMAGE_SEGMENTATION, [], "empty.png") == []
+
+
+def test_answers_are_the_same_but_for_rounding():
+    a = [[{"label": "cat", "score": 0.5, "box": [1.0, 2]}]]
+    assert same_answers(a, [[{"label": "cat", "score": 0.5 + 1e-9, "box": [1.0, 2]}]])
+    assert not same_answers(a, [[{"label": "dog", "score": 0.5, "box": [1.0, 2]}]])
+    assert not same_answers(a, [[{"label": "cat", "score": 0.6, "box": [1.0, 2]}]])
+    assert not same_answers(a, [[{"label": "cat", "score": 0.5, "box": [1.0]}]])
+    assert not same_answers([True], [1])
+
+
+def test_an_explanation_per_picture_and_the_same_predictions():
+    check_explanations({"predictions": [[]], "explanations": [{}]}, [[]])
+    with pytest.raises(AssertionError, match="one explanation per picture"):
+        check_explanations({"predictions": [[]], "explanations": []}, [[]])
+    with pytest.raises(AssertionError, match="same predictions"):
+        check_explanations({"predictions": [[{"label": "x"}]], "explanations": [{}]}, [[]])
+
+
+def test_a_folder_without_pictures_says_what_to_put_there(tmp_path):
+    (tmp_path / "notes.txt").write_text("not a picture")
+    with pytest.raises(AssertionError, match="holds no pictures"):
+        sample_pictures(tmp_path)
+    assert [p.name for p in sample_pictures(SAMPLES)] == ["scene.png", "shapes.jpg"]
+
+
+def test_a_start_failure_names_model_dir_only_when_it_is_missing(tmp_path):
+    log = "line\n" * 100 + "FileNotFoundError: labels.txt"
+    missing = start_failure(tmp_path / "nope", log)
+    assert f"MODEL_DIR is {tmp_path / 'nope'}, which does not exist" in missing and missing.endswith("labels.txt")
+    assert "MODEL_DIR" not in start_failure(Path(tmp_path), log)

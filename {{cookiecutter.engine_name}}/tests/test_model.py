@@ -1,0 +1,51 @@
+"""Your model, served as Chariot serves it. Whatever it finds, it must answer every picture in samples/ with valid
+results of its task type, over REST and gRPC, give the same answers to concurrent requests when it says it is
+thread-safe, and explain when it has an explain. This file belongs to the engine (template updates keep it
+current); what your model should find goes in test_task.py."""
+
+import grpc
+import pytest
+from mlserver.grpc.dataplane_pb2_grpc import GRPCInferenceServiceStub
+
+from chariot_support.base import has_explain
+from chariot_support.model_check import ServedModel, check_explanations, check_results, picture_input, same_answers
+from chariot_support.testing import grpc_request, grpc_results
+
+
+@pytest.fixture(scope="session")
+def served(engine, model_name, model_class, pictures) -> ServedModel:
+    return ServedModel(engine.url, model_name, model_class.task_type, pictures)
+
+
+@pytest.fixture(scope="session")
+def answers(served) -> list[list[dict]]:
+    return served.infer()
+
+
+def test_every_sample_picture_gets_valid_results(answers, pictures):
+    assert len(answers) == len(pictures)
+
+
+def test_grpc_gets_valid_results(engine, model_name, model_class, pictures):
+    body = {"inputs": [picture_input(f"image-{i}", p, model_class.task_type) for i, p in enumerate(pictures)]}
+    with grpc.insecure_channel(engine.grpc_address) as channel:
+        response = GRPCInferenceServiceStub(channel).ModelInfer(grpc_request(body, model_name), timeout=120)
+    results = grpc_results(response)
+    for i, picture in enumerate(pictures):
+        check_results(model_class.task_type, results[f"image-{i}"], f"{picture.name} over gRPC")
+
+
+def test_concurrent_requests_get_the_same_answers(served, answers, model_class):
+    for concurrent in served.infer_concurrently():
+        assert same_answers(concurrent, answers), "concurrent requests got other answers than one request alone" + (
+            ": a model that is not thread-safe must say `thread_safe = False`" if model_class.thread_safe else ""
+        )
+
+
+def test_explain_answers_when_the_model_explains(served, answers, model_class):
+    status, answer = served.explain()
+    if has_explain(model_class):
+        assert status == 200, answer
+        check_explanations(answer, answers)
+    else:
+        assert status == 501, answer

@@ -47,6 +47,12 @@ class ModelBusy(ChariotError):
     status_code_default = 503
 
 
+class ModelLoadFailed(ChariotError):
+    """The engine author's load raised: the engine cannot serve, and stops (503 to anything that asks meanwhile)."""
+
+    status_code_default = 503
+
+
 def unwrap_worker_error(error: MLServerError) -> MLServerError:
     """Parallel workers prefix an error's message with its class path; the client only needs the message."""
     if isinstance(error, WorkerError):

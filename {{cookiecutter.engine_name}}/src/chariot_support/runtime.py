@@ -23,7 +23,7 @@ from mlserver.types import InferenceRequest, InferenceResponse, Parameters, Resp
 
 from .base import ChariotModel
 from .decoding import Image, Limits, ParsedRequest, decode_image, parse_request
-from .errors import ChariotError, InvalidResult, ModelBusy, PredictFailed, PredictTimeout
+from .errors import ChariotError, InvalidResult, ModelBusy, ModelLoadFailed, PredictFailed, PredictTimeout
 from .logs import note_request_id
 from .tasks import TaskType, select, to_dicts, validate_results
 
@@ -51,6 +51,18 @@ def env_int(name: str, default: int) -> int:
     if number < 1:
         raise ValueError(f"environment variable {name} must be at least 1, got {number}")
     return number
+
+
+def load_failure(model_class: type, model_dir: Path, exc: BaseException) -> str:
+    """What to tell a person whose model did not load: its own error, and the folder when a file was missing."""
+    message = f"{model_class.__name__}.load failed: {type(exc).__name__}: {exc}"
+    if isinstance(exc, FileNotFoundError):
+        message += (
+            f". The model looks for its files in MODEL_DIR ({model_dir}"
+            + ("" if model_dir.is_dir() else ", which does not exist")
+            + "): set MODEL_DIR to the folder that holds them"
+        )
+    return message
 
 
 def validate_explanations(explanations: Any, count: int) -> list[dict]:
@@ -155,10 +167,21 @@ class ChariotRuntime(MLModel):
         self._limits = engine_limits()
         self._model = model_class()
         model_dir = Path(os.environ.get("MODEL_DIR", "/mnt/models"))
+        if not model_dir.is_dir():
+            logger.warning(
+                "MODEL_DIR is %s, which does not exist: the model loads with no files. If it reads weights or labels,"
+                " set MODEL_DIR to the folder that holds them",
+                model_dir,
+            )
         # The runtime's threads already spread requests and images over the cores; OpenCV's own pool on top
         # spins for work and costs CPU per call. Set before load, so a model that wants it back can have it.
         cv2.setNumThreads(1)
-        await asyncio.to_thread(self._model.load, model_dir)
+        try:
+            await asyncio.to_thread(self._model.load, model_dir)
+        except Exception as exc:
+            message = load_failure(model_class, model_dir, exc)
+            logger.error("%s", message, exc_info=exc)  # the model's own error, first and whole
+            raise ModelLoadFailed(message) from None
         # Decoding and most predict work release the GIL, so threads keep both cores busy.
         self._workers = _Workers(env_int("CHARIOT_THREADS", os.cpu_count() or 1))
         self._timeout = env_seconds("CHARIOT_PREDICT_TIMEOUT", 60.0)
@@ -166,7 +189,8 @@ class ChariotRuntime(MLModel):
         self._model_lock = None if model_class.thread_safe else threading.Lock()
         self._state_lock = threading.Lock()  # orders the timeout's view of a call against the call finishing
         self._stuck = False  # a predict that overran its timeout still holds _model_lock
-        logger.info("loaded %s (%s) from %s", model_class.__name__, self._task.value, model_dir)
+        where = f"from {model_dir}" if model_dir.is_dir() else f"without files ({model_dir} does not exist)"
+        logger.info("loaded %s (%s) %s", model_class.__name__, self._task.value, where)
         return True
 
     @property
@@ -175,7 +199,9 @@ class ChariotRuntime(MLModel):
         return self._stuck
 
     async def unload(self) -> bool:
-        self._workers.shutdown()
+        workers = getattr(self, "_workers", None)  # none when the model failed to load
+        if workers is not None:
+            workers.shutdown()
         return True
 
     async def predict(self, payload: InferenceRequest) -> InferenceResponse:

@@ -31,7 +31,7 @@ from mlserver.utils import install_uvloop_event_loop
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .base import ChariotModel
-from .errors import ChariotError, NotFound, unwrap_worker_error
+from .errors import ChariotError, ModelLoadFailed, NotFound, unwrap_worker_error
 from .grpc_api import ChariotGRPCServer
 from .legacy import install_legacy_routes
 from .logs import GRPCRequestLog, configure_logging, install_request_log
@@ -344,6 +344,24 @@ class ChariotServer(MLServer):
         self._chariot_model = (model, pinned)
         super().__init__(settings)
 
+    async def start(self, models_settings: list[ModelSettings]) -> None:
+        """Serve until stopped. MLServer only logs a model that fails to load and shuts down as if asked to; the
+        engine raises ModelLoadFailed instead, so that the process exits non-zero."""
+        failures: list[BaseException] = []
+        load = self._model_registry.load
+
+        async def load_or_record(settings: ModelSettings):
+            try:
+                return await load(settings)
+            except Exception as exc:
+                failures.append(exc)
+                raise
+
+        self._model_registry.load = load_or_record
+        await super().start(models_settings)
+        if failures:
+            raise ModelLoadFailed(str(unwrap_worker_error(failures[0]))) from failures[0]
+
     def _create_servers(self) -> None:
         model, pinned = self._chariot_model
         self._data_plane = ChariotDataPlane(self._data_plane, model_name=model.name, pinned=pinned)
@@ -378,6 +396,10 @@ async def _serve(model_class: type[ChariotModel], default_model_id: str) -> None
 
 
 def serve(model_class: type[ChariotModel], *, default_model_id: str) -> None:
-    """Start the engine and serve until SIGTERM/SIGINT."""
+    """Start the engine and serve until SIGTERM/SIGINT; exit with status 1 when the model does not load."""
     install_uvloop_event_loop()
-    asyncio.run(_serve(model_class, default_model_id))
+    try:
+        asyncio.run(_serve(model_class, default_model_id))
+    except ModelLoadFailed as failure:
+        logger.critical("the engine stops: %s", failure)
+        raise SystemExit(1) from None

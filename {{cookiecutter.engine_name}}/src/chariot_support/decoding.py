@@ -11,6 +11,7 @@ import math
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import cv2
@@ -76,6 +77,11 @@ class Image:
     score_threshold: float | None
     prompts: tuple[str, ...]
     parameters: Mapping[str, Any]
+
+    @cached_property
+    def bgr(self) -> np.ndarray:
+        """The pixels in BGR order (OpenCV's, and what many Caffe and ONNX models were trained on), contiguous."""
+        return np.ascontiguousarray(self.pixels[..., ::-1])
 
     @property
     def width(self) -> int:

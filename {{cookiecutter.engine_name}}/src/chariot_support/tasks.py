@@ -105,12 +105,19 @@ class OrientedDetection(_Result):
     def from_rotated_rect(
         cls, label: str, score: float, rect: tuple, image_width: int, image_height: int
     ) -> OrientedDetection:
-        """Build from `cv2.minAreaRect`'s `((cx, cy), (w, h), degrees)` in pixels.
+        """Build from `cv2.minAreaRect`'s `((cx, cy), (w, h), degrees)` in pixels, in one canonical form.
 
-        OpenCV's angle is measured in image coordinates (y down), so positive is clockwise on screen, as
-        Chariot wants.
+        OpenCV's angle is measured in image coordinates (y down), so positive is clockwise on screen, as Chariot
+        wants. OpenCV describes one box in several ways (a flat 400x40 line may come as 40x400 turned 90 degrees);
+        the same four corners are returned as the one form with |r| <= pi/4, so that w is the side nearer the
+        horizontal (divided by the image width) and h the other (divided by its height).
         """
         (cx, cy), (w, h), degrees = rect
+        degrees = (float(degrees) + 90.0) % 180.0 - 90.0  # [-90, 90): the box looks the same turned half-way
+        if degrees > 45.0:
+            w, h, degrees = h, w, degrees - 90.0
+        elif degrees < -45.0:
+            w, h, degrees = h, w, degrees + 90.0
         return cls(
             label=label,
             score=score,
@@ -145,7 +152,8 @@ class Segmentation(_Result):
 
     label: Label
     score: Score
-    contour: list[Annotated[list[Point], Field(min_length=1)]] = Field(min_length=1)
+    # An empty region (a mask with no pixels) is allowed here and left out of the answer by the engine.
+    contour: list[Annotated[list[Point], Field(min_length=1)]]
 
     @field_validator("contour", mode="before")
     @classmethod
@@ -156,7 +164,8 @@ class Segmentation(_Result):
 
     @classmethod
     def from_mask(cls, label: str, score: float, mask: np.ndarray) -> Segmentation:
-        """Build from a binary mask (any non-zero pixel is inside the region)."""
+        """Build from a binary mask (any non-zero pixel is inside the region). A mask with no pixels gives a region
+        with no contour, which the engine leaves out of its answer."""
         return cls(label=label, score=score, contour=contours_from_mask(mask))
 
 
@@ -226,6 +235,8 @@ def select(
         return results
     if score_threshold is not None:
         results = [r for r in results if r.score >= score_threshold]  # type: ignore[attr-defined]
+    if task is TaskType.IMAGE_SEGMENTATION:
+        results = [r for r in results if r.contour]  # type: ignore[attr-defined]
     if task is TaskType.IMAGE_CLASSIFICATION:
         results = sorted(results, key=lambda r: r.score, reverse=True)  # type: ignore[attr-defined]
         if action == "predict":

@@ -18,6 +18,7 @@ _EXPORTS = {
     "Segmentation": ".tasks",
     "TaskType": ".tasks",
     "contours_from_mask": ".tasks",
+    "read_labels": ".labels",
 }
 __all__ = [
     "BadRequest",
@@ -30,6 +31,7 @@ __all__ = [
     "Segmentation",
     "TaskType",
     "contours_from_mask",
+    "read_labels",
 ]
 
 
@@ -49,6 +51,7 @@ if TYPE_CHECKING:
     from .base import ChariotModel
     from .decoding import Image
     from .errors import BadRequest
+    from .labels import read_labels
     from .tasks import (
         Classification,
         Detection,

@@ -27,6 +27,9 @@ class FaultyModel(ChariotModel):
             ]
         if fault == "sleep":  # slow but well-behaved: answers after `seconds`
             time.sleep(float(parameters.get("seconds", 2)))
+        if fault == "whoami":  # which copy of the model answered, and how many threads each predict may use
+            time.sleep(float(parameters.get("seconds", 0)))
+            return [[Detection(label=f"{id(self)}/{self.threads}", score=0.9, xmin=1, xmax=5, ymin=2, ymax=6)]]
         if fault == "hang":  # a predict that, as far as any request can wait, never returns
             time.sleep(float(parameters.get("seconds", 3600)))
         return [[Detection(label="cat", score=0.9, xmin=1, xmax=5, ymin=2, ymax=6)] for _ in images]

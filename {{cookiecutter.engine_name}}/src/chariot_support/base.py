@@ -16,11 +16,20 @@ class ChariotModel:
     """An engine's model. The engine creates it once, calls `load` once, then `predict` per request.
 
     `task_type` says which Chariot result format predict returns. Set `thread_safe = True` when predict may run
-    for several requests at once (most frameworks allow it); otherwise the engine calls it one request at a time.
+    for several requests at once (most frameworks allow it); otherwise the engine calls each copy of the model
+    (`copies`) one request at a time.
     """
 
     task_type: ClassVar[TaskType]
     thread_safe: ClassVar[bool] = False
+    # For a model that is not thread-safe: how many independent copies to load, each running one predict at a
+    # time, so that requests use several cores (CHARIOT_MODEL_COPIES overrides it; "threads" means one per
+    # worker thread). Each copy costs the model's memory again.
+    copies: ClassVar[int] = 1
+    # Set by the engine before load: how many threads one predict may use without oversubscribing the cores the
+    # engine's other predicts run on. Give it to ONNX Runtime (SessionOptions.intra_op_num_threads) or torch
+    # (torch.set_num_threads) in load.
+    threads: int = 1
 
     def load(self, model_dir: Path) -> None:
         """Load weights and settings from `model_dir` (Chariot unpacks the model's files there)."""

@@ -22,6 +22,7 @@ from mlserver import MLModel
 from mlserver.types import InferenceRequest, InferenceResponse, Parameters, ResponseOutput
 
 from .base import ChariotModel
+from .copies import ModelCopies, copies_wanted, threads_per_call
 from .decoding import Image, Limits, ParsedRequest, decode_image, parse_request
 from .errors import ChariotError, InvalidResult, ModelBusy, ModelLoadFailed, PredictFailed, PredictTimeout
 from .logs import note_request_id
@@ -165,7 +166,8 @@ class ChariotRuntime(MLModel):
         model_class = import_model_class(extra["model_class"])
         self._task = model_class.task_type
         self._limits = engine_limits()
-        self._model = model_class()
+        threads = env_int("CHARIOT_THREADS", os.cpu_count() or 1)
+        count = copies_wanted(model_class, threads)
         model_dir = Path(os.environ.get("MODEL_DIR", "/mnt/models"))
         if not model_dir.is_dir():
             logger.warning(
@@ -176,27 +178,32 @@ class ChariotRuntime(MLModel):
         # The runtime's threads already spread requests and images over the cores; OpenCV's own pool on top
         # spins for work and costs CPU per call. Set before load, so a model that wants it back can have it.
         cv2.setNumThreads(1)
-        try:
-            await asyncio.to_thread(self._model.load, model_dir)
-        except Exception as exc:
-            message = load_failure(model_class, model_dir, exc)
-            logger.error("%s", message, exc_info=exc)  # the model's own error, first and whole
-            raise ModelLoadFailed(message) from None
+        instances = []
+        for _ in range(count):  # one after another: copies of a large model never all load at once
+            instance = model_class()
+            # Predicts that run at once share the cores: a thread-safe model may run one per worker thread.
+            instance.threads = threads_per_call(threads, threads if model_class.thread_safe else count)
+            try:
+                await asyncio.to_thread(instance.load, model_dir)
+            except Exception as exc:
+                message = load_failure(model_class, model_dir, exc)
+                logger.error("%s", message, exc_info=exc)  # the model's own error, first and whole
+                raise ModelLoadFailed(message) from None
+            instances.append(instance)
+        self._copies = ModelCopies(instances, shared=model_class.thread_safe)
         # Decoding and most predict work release the GIL, so threads keep both cores busy.
-        self._workers = _Workers(env_int("CHARIOT_THREADS", os.cpu_count() or 1))
+        self._workers = _Workers(threads)
         self._timeout = env_seconds("CHARIOT_PREDICT_TIMEOUT", 60.0)
-        # None when predict may run for several requests at once; else the lock that runs it one at a time.
-        self._model_lock = None if model_class.thread_safe else threading.Lock()
         self._state_lock = threading.Lock()  # orders the timeout's view of a call against the call finishing
-        self._stuck = False  # a predict that overran its timeout still holds _model_lock
         where = f"from {model_dir}" if model_dir.is_dir() else f"without files ({model_dir} does not exist)"
-        logger.info("loaded %s (%s) %s", model_class.__name__, self._task.value, where)
+        copies = "" if model_class.thread_safe else f", {count} cop{'y' if count == 1 else 'ies'}"
+        logger.info("loaded %s (%s%s) %s", model_class.__name__, self._task.value, copies, where)
         return True
 
     @property
     def stuck(self) -> bool:
-        """Whether a predict that overran its timeout still holds a model that runs one predict at a time."""
-        return self._stuck
+        """Whether every copy of a model that is not thread-safe is held by a predict that overran its timeout."""
+        return self._copies.stuck
 
     async def unload(self) -> bool:
         workers = getattr(self, "_workers", None)  # none when the model failed to load
@@ -233,40 +240,42 @@ class ChariotRuntime(MLModel):
         if job.running():
             self._workers.write_off(job)
         with self._state_lock:
-            if call.in_predict and self._model_lock is not None:
-                # The model runs one predict at a time and this one holds it: say so, rather than queue requests
-                # behind a call that may never return. Readiness comes back when it does.
+            if call.in_predict and not self._copies.shared:
+                # This call holds a copy that runs one predict at a time: count it out, rather than queue requests
+                # behind a call that may never return. Readiness goes when every copy is out, and comes back when
+                # one returns.
                 call.overran = True
-                self._stuck = True
+                self._copies.overran(+1)
                 logger.error(
-                    "request %s: predict is still running; the engine reports not ready until it returns",
+                    "request %s: predict is still running on one of %d model copies%s",
                     call.request_id,
+                    self._copies.count,
+                    "; the engine reports not ready until it returns" if self._copies.stuck else "",
                 )
 
-    def _call_model(self, call: _Call, method, *args):
-        """The model's predict or explain, one at a time unless the model is thread-safe."""
-        lock = self._model_lock
-        if lock is not None:
-            if self._stuck:
-                raise ModelBusy(
-                    f"the model is still inside a predict that overran CHARIOT_PREDICT_TIMEOUT ({self._timeout:g} s) "
-                    "and runs one predict at a time; retry later"
-                )
-            if not lock.acquire(timeout=max(0.0, call.deadline - time.monotonic())):
-                raise PredictTimeout(f"the model was busy for all of CHARIOT_PREDICT_TIMEOUT ({self._timeout:g} s)")
+    def _call_model(self, call: _Call, method: str, *args):
+        """The model's predict or explain on a free model instance (one call at a time per copy unless the model
+        is thread-safe)."""
+        if self._copies.stuck:
+            raise ModelBusy(
+                f"every copy of the model is still inside a predict that overran CHARIOT_PREDICT_TIMEOUT "
+                f"({self._timeout:g} s), and each runs one predict at a time; retry later"
+            )
+        instance = self._copies.acquire(call.deadline)
+        if instance is None:
+            raise PredictTimeout(f"the model was busy for all of CHARIOT_PREDICT_TIMEOUT ({self._timeout:g} s)")
         with self._state_lock:
             call.in_predict = True
         try:
-            return method(*args)
+            return getattr(instance, method)(*args)
         finally:
             with self._state_lock:
                 call.in_predict = False
-                if lock is not None:
-                    lock.release()
+                self._copies.release(instance)
                 if call.overran:
-                    self._stuck = False
+                    self._copies.overran(-1)
                     logger.warning(
-                        "request %s: the overrunning predict returned; the engine is ready again", call.request_id
+                        "request %s: the overrunning predict returned; its model copy serves again", call.request_id
                     )
 
     def _map(self, work: Callable[[T], R], items: Sequence[T]) -> list[R]:
@@ -312,7 +321,7 @@ class ChariotRuntime(MLModel):
             for i, p in zip(request.images, pixels, strict=True)
         ]
         try:
-            results = self._call_model(call, self._model.predict, images, request.tensors)
+            results = self._call_model(call, "predict", images, request.tensors)
         except ChariotError:
             raise
         except Exception as exc:
@@ -335,7 +344,7 @@ class ChariotRuntime(MLModel):
         self, images: list[Image], request: ParsedRequest, chosen: list[list[Any]], request_id: str, call: _Call
     ) -> list[dict]:
         try:
-            explanations = self._call_model(call, self._model.explain, images, request.tensors, chosen)
+            explanations = self._call_model(call, "explain", images, request.tensors, chosen)
         except ChariotError:
             raise
         except Exception as exc:

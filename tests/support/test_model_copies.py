@@ -1,0 +1,102 @@
+"""A model that is not thread-safe still uses every core: the engine loads independent copies of it, each running
+one predict at a time, and tells each predict how many threads it may use."""
+
+import json
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+import requests
+
+from chariot_support.base import ChariotModel
+from chariot_support.copies import copies_wanted, threads_per_call
+from chariot_support.tasks import TaskType
+from chariot_support.testing import chariot_request, image_input, run_engine
+
+HERE = Path(__file__).parent
+PIXELS = np.zeros((16, 16, 3), np.uint8)
+
+
+class Locked(ChariotModel):
+    task_type = TaskType.OBJECT_DETECTION
+
+
+class Three(Locked):
+    copies = 3
+
+
+class Shared(Locked):
+    thread_safe = True
+
+
+def test_how_many_copies(monkeypatch):
+    monkeypatch.delenv("CHARIOT_MODEL_COPIES", raising=False)
+    assert copies_wanted(Locked, threads=4) == 1
+    assert copies_wanted(Three, threads=4) == 3
+    monkeypatch.setenv("CHARIOT_MODEL_COPIES", "2")
+    assert copies_wanted(Three, threads=4) == 2
+    assert copies_wanted(Shared, threads=4) == 1, "a thread-safe model is shared by every call"
+    monkeypatch.setenv("CHARIOT_MODEL_COPIES", "threads")
+    assert copies_wanted(Locked, threads=4) == 4
+    for bad in ("0", "two", "-1"):
+        monkeypatch.setenv("CHARIOT_MODEL_COPIES", bad)
+        with pytest.raises(ValueError, match="CHARIOT_MODEL_COPIES must be a whole number of at least 1, or 'threads'"):
+            copies_wanted(Locked, threads=4)
+
+
+def test_threads_per_call_share_the_cores():
+    assert threads_per_call(8, 2) == 4
+    assert threads_per_call(2, 2) == 1
+    assert threads_per_call(2, 8) == 1
+    assert threads_per_call(4, 1) == 4
+
+
+def whoami(engine, seconds: float = 0.0) -> tuple[str, int, float]:
+    body = chariot_request(image_input("image-0", PIXELS, fault="whoami", seconds=seconds))
+    started = time.monotonic()
+    response = requests.post(f"{engine.url}/v2/models/m-faulty/infer", data=json.dumps(body), timeout=30)
+    assert response.status_code == 200, response.text
+    copy, threads = response.json()["outputs"][0]["data"][0][0]["label"].split("/")
+    return copy, int(threads), time.monotonic() - started
+
+
+@pytest.mark.parametrize("copies", [1, 2])
+def test_copies_answer_at_the_same_time(copies):
+    env = {"CHARIOT_MODEL_COPIES": str(copies), "CHARIOT_THREADS": "4"}
+    with run_engine("faulty_engine", src=HERE, env=env) as engine:
+        with ThreadPoolExecutor(4) as pool:
+            started = time.monotonic()
+            answers = list(pool.map(lambda _: whoami(engine, seconds=0.6), range(4)))
+            elapsed = time.monotonic() - started
+        assert "2 copies" in engine.log() if copies == 2 else "1 copy" in engine.log()
+    assert len({copy for copy, _, _ in answers}) == copies
+    assert {threads for _, threads, _ in answers} == {4 // copies}
+    # Four 0.6 s predicts: one after another on one copy, two at a time on two.
+    assert elapsed > 2.3 if copies == 1 else 1.1 < elapsed < 2.2, elapsed
+
+
+def test_a_thread_safe_model_is_one_instance_with_a_share_of_the_cores():
+    with run_engine("faulty_engine", src=HERE, env={"FAULTY_THREAD_SAFE": "1", "CHARIOT_THREADS": "4"}) as engine:
+        answers = [whoami(engine) for _ in range(3)]
+    assert len({copy for copy, _, _ in answers}) == 1 and {t for _, t, _ in answers} == {1}
+
+
+def test_a_copy_stuck_past_the_timeout_leaves_the_others_serving():
+    env = {"CHARIOT_MODEL_COPIES": "2", "CHARIOT_THREADS": "4", "CHARIOT_PREDICT_TIMEOUT": "1"}
+    hang = json.dumps(chariot_request(image_input("image-0", PIXELS, fault="hang", seconds=4)))
+    with run_engine("faulty_engine", src=HERE, env=env) as engine:
+        url = f"{engine.url}/v2/models/m-faulty/infer"
+        assert requests.post(url, data=hang, timeout=30).status_code == 504
+        assert requests.get(f"{engine.url}/v2/health/ready", timeout=5).status_code == 200, "one copy still serves"
+        whoami(engine)
+        assert requests.post(url, data=hang, timeout=30).status_code == 504
+        assert requests.get(f"{engine.url}/v2/health/ready", timeout=5).status_code != 200, "both copies are stuck"
+        refused = requests.post(url, data=json.dumps(chariot_request(image_input("image-0", PIXELS))), timeout=30)
+        assert refused.status_code == 503 and "every copy of the model" in refused.json()["error"]
+        deadline = time.monotonic() + 10
+        while requests.get(f"{engine.url}/v2/health/ready", timeout=5).status_code != 200:
+            assert time.monotonic() < deadline, "the engine did not come back when the stuck predicts returned"
+            time.sleep(0.2)
+        whoami(engine)

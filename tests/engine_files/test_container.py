@@ -197,21 +197,38 @@ def test_base_image_is_slim_python_in_requires_python(stages, project):
         assert requires.contains(Version(match[1])), f"{image} is outside requires-python {requires}"
 
 
+def commands(run: str) -> list[list[str]]:
+    """The commands of a RUN instruction, each as its words (a quoted word, such as python -c code, kept whole)."""
+    found: list[list[str]] = [[]]
+    for word in shlex.split(run):
+        if word in {"&&", "||", ";"}:
+            found.append([])
+        else:
+            found[-1].append(word)
+    return [c for c in found if c]
+
+
 def test_installs_the_engine_with_the_constraints(final, stages):
     installs = [
         args
         for stage in stages
         for i in stage
         if i.keyword == "RUN"
-        for part in re.split(r"&&|;", i.args)
-        if "pip" in (args := shlex.split(part)) and "install" in args
+        for args in commands(i.args)
+        if "pip" in args and "install" in args
     ]
+    for args in installs:
+        assert "-c" in args and args[args.index("-c") + 1] == "constraints.txt", f"unconstrained install: {args}"
+        assert not ("-r" in args and args[args.index("-r") + 1] == "constraints.txt"), (
+            f"constraints.txt pins the test extra too; installing all of it puts test packages in the image: {args}"
+        )
     engine_installs = [a for a in installs if "." in a]
     assert engine_installs, f"no `pip install ... .` in the Dockerfile: {installs}"
     for args in engine_installs:
-        assert "-c" in args and args[args.index("-c") + 1] == "constraints.txt", f"unconstrained install: {args}"
         assert "--no-cache-dir" in args, f"pip's cache would stay in a layer: {args}"
         assert not any(a.startswith(".[") for a in args), "the image must not install the test extras"
+    checks = [args for stage in stages for i in stage if i.keyword == "RUN" for args in commands(i.args)]
+    assert ["python", "-m", "chariot_support.deps", "check"] in checks, "a second OpenCV must stop the build"
     copied = " ".join(i.args for stage in stages for i in stage if i.keyword in {"COPY", "ADD"})
     assert re.search(r"(^|\s)(constraints\.txt|\.)(\s|$)", copied), "constraints.txt is never copied into the build"
 

@@ -1,0 +1,86 @@
+"""Dependencies of an engine: a second OpenCV beside the headless one is found and named with what brought it, and
+a dependency is added to pyproject.toml without disturbing the file."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from chariot_support.deps import add_dependency, opencv_conflicts, read_pins
+from template_paths import SUPPORT_SRC
+
+
+def fake_distribution(folder: Path, name: str, requires: tuple[str, ...] = ()) -> None:
+    """An installed distribution as importlib.metadata finds it on sys.path: a dist-info folder."""
+    info = folder / f"{name.replace('-', '_')}-1.0.dist-info"
+    info.mkdir(parents=True)
+    lines = ["Metadata-Version: 2.1", f"Name: {name}", "Version: 1.0", *(f"Requires-Dist: {r}" for r in requires)]
+    (info / "METADATA").write_text("\n".join(lines) + "\n")
+
+
+@pytest.fixture
+def site(tmp_path) -> Path:
+    fake_distribution(tmp_path, "opencv-python-headless")
+    fake_distribution(tmp_path, "numpy")
+    return tmp_path
+
+
+def distributions(folder: Path):
+    import importlib.metadata
+
+    return importlib.metadata.distributions(path=[str(folder)])
+
+
+def test_the_headless_opencv_alone_is_fine(site):
+    assert opencv_conflicts(distributions(site)) == []
+
+
+def test_a_second_opencv_is_named_with_what_required_it(site):
+    fake_distribution(site, "opencv-python")
+    fake_distribution(site, "fancy-ocr", ("opencv-python>=4", "numpy"))
+    fake_distribution(site, "plotting", ("opencv-python; extra == 'gui'",))
+    (problem,) = opencv_conflicts(distributions(site))
+    assert problem.startswith("opencv-python is installed beside opencv-python-headless, required by fancy-ocr:")
+    assert "libGL" in problem and "install fancy-ocr with `pip install --no-deps`" in problem
+    fake_distribution(site, "opencv-contrib-python")
+    assert len(opencv_conflicts(distributions(site))) == 2
+
+
+def test_check_exits_1_with_the_sentence(site):
+    fake_distribution(site, "opencv-python")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(SUPPORT_SRC)])}
+    check = subprocess.run(
+        [sys.executable, "-m", "chariot_support.deps", "check"], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert check.returncode == 1 and "opencv-python is installed beside opencv-python-headless" in check.stderr
+    fine = subprocess.run([sys.executable, "-m", "chariot_support.deps", "check"], capture_output=True, timeout=60)
+    assert fine.returncode == 0, fine.stderr
+
+
+PYPROJECT = """[project]
+name = "road-damage"
+dependencies = [
+    "mlserver==1.7.1",
+    # a comment the file keeps
+    "numpy>=2.4,<2.5",
+]
+
+[project.optional-dependencies]
+test = ["pytest==9.2.0"]
+"""
+
+
+def test_a_dependency_is_added_at_the_end_of_the_list(tmp_path):
+    pyproject = tmp_path / "pyproject.toml"
+    pyproject.write_text(PYPROJECT)
+    assert add_dependency(pyproject, "onnxruntime==1.32.0")
+    assert pyproject.read_text() == PYPROJECT.replace('<2.5",\n]', '<2.5",\n    "onnxruntime==1.32.0",\n]')
+    assert not add_dependency(pyproject, "ONNXRuntime>=1"), "already there, whatever its spelling"
+
+
+def test_pins_are_read_from_constraints(tmp_path):
+    constraints = tmp_path / "constraints.txt"
+    constraints.write_text("# header\nnumpy==2.4.6\nPyYAML==6.0.3  # a comment\n\n")
+    assert read_pins(constraints) == {"numpy": "numpy==2.4.6", "pyyaml": "PyYAML==6.0.3"}

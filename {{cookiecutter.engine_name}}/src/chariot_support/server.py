@@ -37,7 +37,7 @@ from .grpc_api import ChariotGRPCServer
 from .legacy import install_legacy_routes
 from .logs import GRPCRequestLog, configure_logging, install_request_log
 from .runtime import engine_limits, env_int
-from .traffic import BodyShape, Framing, ShortErrors
+from .traffic import BodyShape, Framing, ShortErrors, idle_limited_protocol
 
 logger = logging.getLogger("chariot_support")
 
@@ -72,6 +72,7 @@ def engine_settings() -> Settings:
         "limit_concurrency": guards().max_connections,
         "timeout_keep_alive": guards().keep_alive,
         "h11_max_incomplete_event_size": 64 << 10,
+        "http": idle_limited_protocol(guards().max_connections),
     }
     return settings
 

@@ -152,3 +152,23 @@ class ShortErrors:
                 content["error"] = f"{error[: self.max_chars]}... ({len(error) - self.max_chars:,} more characters)"
             return json.dumps(content).encode()
         return body
+
+
+def idle_limited_protocol(max_connections: int):
+    """uvicorn's HTTP protocol, except that a connection that sends nothing is closed after the keep-alive time
+    (uvicorn times out only connections that already had a request), and one past `max_connections` is closed at
+    once: idle sockets cannot use up the process's file descriptors. Uses uvicorn's protocol internals
+    (`connections`, `timeout_keep_alive_task`); tests/support/test_hostile_connections.py says when they change."""
+    from uvicorn.protocols.http.auto import AutoHTTPProtocol
+
+    class IdleLimitedProtocol(AutoHTTPProtocol):  # h11, or httptools when installed
+        def connection_made(self, transport) -> None:
+            super().connection_made(transport)
+            if len(self.connections) > max_connections:
+                transport.close()
+                return
+            self.timeout_keep_alive_task = self.loop.call_later(
+                self.timeout_keep_alive, self.timeout_keep_alive_handler
+            )
+
+    return IdleLimitedProtocol

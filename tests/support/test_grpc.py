@@ -156,7 +156,8 @@ def test_unknown_model_is_not_found_on_every_call(engine, stub, scene):
 @pytest.fixture(scope="module")
 def small_engine():
     """An engine of its own, whose model the repository tests unload, with a 1 MiB request limit."""
-    with run_demo_engine(TaskType.OBJECT_DETECTION, env={"CHARIOT_MAX_REQUEST_MB": "1"}) as running:
+    env = {"CHARIOT_MAX_REQUEST_MB": "1", "CHARIOT_REPOSITORY_API": "1"}
+    with run_demo_engine(TaskType.OBJECT_DETECTION, env=env) as running:
         with grpc.insecure_channel(running.grpc_address) as channel:
             yield running, GRPCInferenceServiceStub(channel)
 

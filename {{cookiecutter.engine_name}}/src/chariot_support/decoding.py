@@ -49,6 +49,7 @@ class Limits:
 
     max_inputs: int = 64
     max_image_pixels: int = 100_000_000
+    max_elements: int = 1_000_000
 
 
 DEFAULT_LIMITS = Limits()
@@ -120,6 +121,7 @@ def parse_request(request: InferenceRequest, task: TaskType, limits: Limits = DE
     images: list[ImageInput] = []
     tensors: dict[str, np.ndarray] = {}
     seen: set[str] = set()
+    elements = 0
     for index, tensor in enumerate(request.inputs):
         where = f"input '{tensor.name}'" if tensor.name else f"inputs[{index}]"
         if not tensor.name:
@@ -133,6 +135,12 @@ def parse_request(request: InferenceRequest, task: TaskType, limits: Limits = DE
             images.append(_image_input(tensor, where, own, shared, task))
         else:
             tensors[tensor.name] = decode_tensor(tensor, where)
+            elements += tensors[tensor.name].size
+            if elements > limits.max_elements:
+                raise BadRequest(
+                    f"{where}: the request's tensors hold more than {limits.max_elements:,} elements"
+                    " (CHARIOT_MAX_ELEMENTS); send fewer values per request"
+                )
     if not images:
         raise BadRequest("the request has no image input: send each image as a BYTES input holding base64 of the file")
     return ParsedRequest(images=tuple(images), tensors=tensors, metadata=metadata)
@@ -243,8 +251,8 @@ def _image_bytes(value: Any, where: str) -> bytes:
     return raw
 
 
-def decode_image(encoded: bytes, where: str, limits: Limits = DEFAULT_LIMITS) -> np.ndarray:
-    """Decode an image file to RGB uint8 pixels (H, W, 3), honouring EXIF orientation."""
+def image_header(encoded: bytes, where: str, limits: Limits = DEFAULT_LIMITS) -> tuple[int, int, str | None]:
+    """Width, height and format of an image file, read from its header alone and checked against the limits."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", PIL.Image.DecompressionBombWarning)
@@ -267,6 +275,12 @@ def decode_image(encoded: bytes, where: str, limits: Limits = DEFAULT_LIMITS) ->
         )
     if width == 0 or height == 0:
         raise BadRequest(f"{where}: the image has no pixels ({width}x{height})")
+    return width, height, kind
+
+
+def decode_image(encoded: bytes, where: str, limits: Limits = DEFAULT_LIMITS) -> np.ndarray:
+    """Decode an image file to RGB uint8 pixels (H, W, 3), honouring EXIF orientation."""
+    _, _, kind = image_header(encoded, where, limits)
     if not _complete(encoded, kind):
         raise BadRequest(f"{where}: the {kind} file is cut short (it has no end marker); send the whole file")
     pixels = cv2.imdecode(np.frombuffer(encoded, np.uint8), cv2.IMREAD_COLOR_RGB)

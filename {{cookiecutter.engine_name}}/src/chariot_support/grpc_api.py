@@ -33,6 +33,7 @@ from mlserver.grpc.utils import to_headers
 from mlserver.types import InferenceRequest
 from mlserver.utils import insert_headers
 
+from .admission import guards
 from .errors import BadRequest
 
 logger = logging.getLogger("chariot_support")
@@ -193,3 +194,8 @@ class ChariotGRPCServer(GRPCServer):
         add_ModelRepositoryServiceServicer_to_server(self._model_repository_servicer, self._server)
         self._server.add_insecure_port(f"{self._settings.host}:{self._settings.grpc_port}")
         return self._server
+
+    async def stop(self, sig: int | None = None) -> None:
+        # MLServer gives calls in flight a fixed 5 s; an engine gives them CHARIOT_GRPC_GRACE, as REST waits for its own.
+        logger.info("waiting up to %g s for gRPC calls in flight", guards().grpc_grace)
+        await self._server.stop(grace=guards().grpc_grace)

@@ -3,6 +3,7 @@ same parsed request as V2 and answered by the same predict."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import json
@@ -59,6 +60,8 @@ def read_body(raw: bytes) -> dict:
         body = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:
         raise BadRequest(f"the request body is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise BadRequest("the request body nests too deep to read") from None
     if not isinstance(body, dict):
         raise BadRequest(f"the request body must be a JSON object, got {type(body).__name__}")
     return body
@@ -388,9 +391,10 @@ def install_legacy_routes(app: FastAPI, data_plane: Any) -> None:
                     f"this engine's model ({model_class.__name__}) has no explain method; :predict works, or add"
                     " explain(images, tensors, results) to the model"
                 )
-            body = read_body(await request.body())
             parse = parse_classify if name == "classify" else parse_predict
-            parsed = parse(body, task, limits)
+            raw = await request.body()
+            # Parsing and checking a body of pixel lists takes long enough to hold up health checks: off the loop.
+            parsed = await asyncio.to_thread(lambda: parse(read_body(raw), task, limits))
             request_id = request.headers.get("x-request-id") or uuid.uuid4().hex
             results, explanations = await _predict_images(model, parsed, request_id, explain=name == "explain")
         except MLServerError as error:

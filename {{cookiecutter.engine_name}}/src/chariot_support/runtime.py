@@ -21,9 +21,10 @@ import cv2
 from mlserver import MLModel
 from mlserver.types import InferenceRequest, InferenceResponse, Parameters, ResponseOutput
 
+from .admission import MemoryBudget, Overloaded, StuckThreads, guards
 from .base import ChariotModel
 from .copies import ModelCopies, copies_wanted, threads_per_call
-from .decoding import Image, Limits, ParsedRequest, decode_image, parse_request
+from .decoding import Image, ImageInput, Limits, ParsedRequest, decode_image, parse_request
 from .errors import ChariotError, InvalidResult, ModelBusy, ModelLoadFailed, PredictFailed, PredictTimeout
 from .logs import note_request_id
 from .tasks import TaskType, select, to_dicts, validate_results
@@ -87,6 +88,7 @@ def engine_limits() -> Limits:
     return Limits(
         max_inputs=env_int("CHARIOT_MAX_INPUTS", Limits.max_inputs),
         max_image_pixels=env_int("CHARIOT_MAX_IMAGE_PIXELS", Limits.max_image_pixels),
+        max_elements=env_int("CHARIOT_MAX_ELEMENTS", Limits.max_elements),
     )
 
 
@@ -122,8 +124,9 @@ class _Workers:
     does not keep the process alive after SIGTERM.
     """
 
-    def __init__(self, size: int):
+    def __init__(self, size: int, stuck: StuckThreads):
         self._size = size
+        self.stuck = stuck
         self._started = itertools.count()
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
         for _ in range(size):
@@ -139,7 +142,8 @@ class _Workers:
 
     def write_off(self, future: Future) -> None:
         future.written_off = True
-        self._start()
+        if self.stuck.written_off():
+            self._start()
 
     def _work(self) -> None:
         while (job := self._jobs.get()) is not None:
@@ -150,7 +154,7 @@ class _Workers:
                 future.set_result(fn(*args))
             except BaseException as exc:
                 future.set_exception(exc)
-            if getattr(future, "written_off", False):
+            if getattr(future, "written_off", False) and not self.stuck.returned():
                 return
 
     def shutdown(self) -> None:
@@ -192,7 +196,8 @@ class ChariotRuntime(MLModel):
             instances.append(instance)
         self._copies = ModelCopies(instances, shared=model_class.thread_safe)
         # Decoding and most predict work release the GIL, so threads keep both cores busy.
-        self._workers = _Workers(threads)
+        self._workers = _Workers(threads, StuckThreads(guards().max_stuck_threads))
+        self._budget = MemoryBudget(guards(), self._limits)
         self._timeout = env_seconds("CHARIOT_PREDICT_TIMEOUT", 60.0)
         self._state_lock = threading.Lock()  # orders the timeout's view of a call against the call finishing
         where = f"from {model_dir}" if model_dir.is_dir() else f"without files ({model_dir} does not exist)"
@@ -202,8 +207,9 @@ class ChariotRuntime(MLModel):
 
     @property
     def stuck(self) -> bool:
-        """Whether every copy of a model that is not thread-safe is held by a predict that overran its timeout."""
-        return self._copies.stuck
+        """Whether every copy of a model that is not thread-safe is held by a predict that overran its timeout, or
+        CHARIOT_MAX_STUCK_THREADS threads are still inside predicts that overran."""
+        return self._copies.stuck or self._workers.stuck.full
 
     async def unload(self) -> bool:
         workers = getattr(self, "_workers", None)  # none when the model failed to load
@@ -224,6 +230,11 @@ class ChariotRuntime(MLModel):
 
     async def _within_timeout(self, request_id: str | None, work, *args):
         """Run `work(*args, call)` on a worker thread; past CHARIOT_PREDICT_TIMEOUT the client gets a 504."""
+        if self._workers.stuck.full:
+            raise Overloaded(
+                f"{self._workers.stuck.cap} predicts that overran CHARIOT_PREDICT_TIMEOUT are still running"
+                " (CHARIOT_MAX_STUCK_THREADS); the engine takes requests again when one returns"
+            )
         call = _Call(request_id, time.monotonic() + self._timeout)
         job = self._workers.submit(work, *args, call)
         try:
@@ -297,18 +308,25 @@ class ChariotRuntime(MLModel):
             for future in futures:
                 future.cancel()
 
+    def _decode(self, image: ImageInput, call: _Call):
+        # A request whose client already had its 504 decodes nothing more.
+        if time.monotonic() > call.deadline:
+            raise PredictTimeout(f"the request ran out of CHARIOT_PREDICT_TIMEOUT ({self._timeout:g} s) while decoding")
+        return decode_image(image.encoded, f"input '{image.name}'", self._limits)
+
     def _predict_images(
         self, request: ParsedRequest, request_id: str, explain: bool, call: _Call
     ) -> tuple[list[list[dict]], list[dict] | None]:
-        images, chosen = self._results(request, request_id, call)
-        explanations = self._explain(images, request, chosen, request_id, call) if explain else None
-        return [to_dicts(results) for results in chosen], explanations
+        with self._budget.admit(request.images, call.deadline):
+            images, chosen = self._results(request, request_id, call)
+            explanations = self._explain(images, request, chosen, request_id, call) if explain else None
+            return [to_dicts(results) for results in chosen], explanations
 
     def _results(
         self, request: ParsedRequest, request_id: str | None, call: _Call
     ) -> tuple[list[Image], list[list[Any]]]:
         """Decode, predict, check and select: each image's results as the engine answers them."""
-        pixels = self._map(lambda i: decode_image(i.encoded, f"input '{i.name}'", self._limits), request.images)
+        pixels = self._map(lambda i: self._decode(i, call), request.images)
         images = [
             Image(
                 name=i.name,
@@ -354,7 +372,8 @@ class ChariotRuntime(MLModel):
 
     def _infer(self, payload: InferenceRequest, call: _Call) -> InferenceResponse:
         request = parse_request(payload, self._task, self._limits)
-        _, chosen = self._results(request, payload.id, call)
+        with self._budget.admit(request.images, call.deadline):
+            _, chosen = self._results(request, payload.id, call)
         outputs = []
         for image, results in zip(request.images, chosen, strict=True):
             outputs.append(

@@ -30,12 +30,14 @@ from mlserver.types import (
 from mlserver.utils import install_uvloop_event_loop
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from .admission import guards
 from .base import ChariotModel
 from .errors import ChariotError, ModelLoadFailed, NotFound, unwrap_worker_error
 from .grpc_api import ChariotGRPCServer
 from .legacy import install_legacy_routes
 from .logs import GRPCRequestLog, configure_logging, install_request_log
-from .runtime import env_int
+from .runtime import engine_limits, env_int
+from .traffic import BodyShape, Framing, ShortErrors, idle_limited_protocol
 
 logger = logging.getLogger("chariot_support")
 
@@ -63,7 +65,16 @@ def engine_settings() -> Settings:
         "grpc_max_message_length": env_int("CHARIOT_MAX_REQUEST_MB", DEFAULT_MAX_REQUEST_MB) << 20,
     }
     overrides = {k: v for k, v in defaults.items() if f"MLSERVER_{k.upper()}" not in os.environ}
-    return Settings(**overrides)
+    settings = Settings(**overrides)
+    # uvicorn's own limits (MLServer passes these through): connections and requests at once, idle keep-alive
+    # seconds, and the most of an unfinished request's headers held per connection.
+    settings._custom_rest_server_settings = {
+        "limit_concurrency": guards().max_connections,
+        "timeout_keep_alive": guards().keep_alive,
+        "h11_max_incomplete_event_size": 64 << 10,
+        "http": idle_limited_protocol(guards().max_connections),
+    }
+    return settings
 
 
 def model_id_from_env(default_model_id: str) -> str:
@@ -137,6 +148,8 @@ class ChariotDataPlane:
             headers = payload.parameters.headers if payload.parameters is not None else None
             payload.id = (headers or {}).get("x-request-id") or None
         with self.named(name, version) as resolved:
+            # Names and versions that are not served end here, before MLServer makes metric labels of them.
+            await self._inner._model_registry.get_model(resolved, version)
             try:
                 response = await self._inner.infer(payload, resolved, version)
             except ModelNotFound:
@@ -194,11 +207,19 @@ class ChariotRepositoryHandlers:
     async def index(self, payload: RepositoryIndexRequest) -> RepositoryIndexResponse:
         return await self._inner.index(payload)
 
+    @staticmethod
+    def _check_open(verb: str) -> None:
+        # Anyone who reaches the port could unload the model; the control plane is opt-in.
+        if not guards().repository_api:
+            raise ChariotError(f"repository {verb} is turned off on this engine; set CHARIOT_REPOSITORY_API=1", 403)
+
     async def load(self, name: str) -> bool:
+        self._check_open("load")
         with self._data_plane.named(name) as resolved:
             return await self._inner.load(resolved)
 
     async def unload(self, name: str) -> bool:
+        self._check_open("unload")
         with self._data_plane.named(name) as resolved:
             return await self._inner.unload(resolved)
 
@@ -329,8 +350,11 @@ def install_chariot_routes(app: FastAPI, data_plane: ChariotDataPlane, *, max_re
         logger.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
         return _error(500, f"internal error: {type(exc).__name__}: {exc}")
 
+    app.add_middleware(BodyShape, max_elements=engine_limits().max_elements, max_depth=guards().max_json_depth)
     app.add_middleware(JSONBodies)
     app.add_middleware(BodyLimit, max_bytes=max_request_bytes)
+    app.add_middleware(ShortErrors, max_chars=guards().max_error_chars)
+    app.add_middleware(Framing)
     install_request_log(app, data_plane.model_name)
     app.add_exception_handler(RequestValidationError, on_validation_error)
     app.add_exception_handler(StarletteHTTPException, on_http_error)
@@ -377,6 +401,21 @@ class ChariotServer(MLServer):
             self._rest_server._app, self._data_plane, max_request_bytes=self._settings.grpc_max_message_length
         )
         install_legacy_routes(self._rest_server._app, self._data_plane)
+        close_api_pages(self._rest_server._app, self._metrics_server._app if self._metrics_server else None)
+
+
+def close_api_pages(app: FastAPI, metrics_app: FastAPI | None) -> None:
+    """Take out what an engine does not serve: MLServer's generate routes (it serves no language model), and,
+    unless CHARIOT_API_DOCS turns them on, the API docs pages and OpenAPI schemas of both servers."""
+
+    def served(path: str) -> bool:
+        if path.endswith(("/generate", "/generate_stream")):
+            return False
+        return guards().api_docs or not (path == "/openapi.json" or "/docs" in path or path == "/redoc")
+
+    for each in (app, metrics_app):
+        if each is not None:
+            each.router.routes[:] = [r for r in each.router.routes if served(getattr(r, "path", ""))]
 
 
 async def _serve(model_class: type[ChariotModel], default_model_id: str) -> None:

@@ -1,0 +1,87 @@
+"""Attack an engine on loopback and report what it held: peak RSS, threads and health latency per attack.
+
+    .venv/bin/python scripts/hostile_figures.py
+
+Starts the faulty test engine with default settings (plus what each attack names), one engine per attack, and
+stops each by its process id. Prints a Markdown table for the README's reliability section."""
+
+import json
+import os
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import requests
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT / "{{cookiecutter.engine_name}}" / "src"), str(ROOT / "tests" / "support")]
+os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [sys.path[0], os.environ.get("PYTHONPATH")]))
+
+from hostile import HERE, RSSGuard, peak_rss_mib, png_request, threads  # noqa: E402
+
+from chariot_support.testing import run_engine  # noqa: E402
+
+INFER = "/v2/models/m-faulty/infer"
+
+
+def health_probe(engine, done: threading.Event, worst: list[float]) -> None:
+    while not done.is_set():
+        started = time.monotonic()
+        try:
+            requests.get(f"{engine.url}/v2/health/live", timeout=120)
+        except requests.RequestException:
+            pass
+        worst[0] = max(worst[0], time.monotonic() - started)
+        time.sleep(0.05)
+
+
+def attack(name: str, bodies, path: str = INFER, env: dict | None = None) -> str:
+    with run_engine("faulty_engine", src=HERE, env=env or {}) as engine:
+        done, worst = threading.Event(), [0.0]
+        prober = threading.Thread(target=health_probe, args=(engine, done, worst))
+        prober.start()
+        with RSSGuard(engine.process, 6 * 1024) as guard, ThreadPoolExecutor(8) as pool:
+            statuses = sorted(
+                pool.map(lambda b: requests.post(engine.url + path, data=b, timeout=300).status_code, bodies)
+            )
+        done.set()
+        prober.join()
+        alive = "killed at 6 GiB" if guard.tripped else "alive"
+        peak = peak_rss_mib(engine.process.pid) if not guard.tripped else 6 * 1024
+        count = threads(engine.process.pid) if not guard.tripped else 0
+        counts = ", ".join(f"{statuses.count(s)}× {s}" for s in sorted(set(statuses)))
+        return f"| {name} | {counts} | {peak:,.0f} MiB | {count} | {worst[0]:.2f} s | {alive} |"
+
+
+def main() -> None:
+    rows = [
+        attack("4 requests of 64 black 10000×10000 PNGs", [json.dumps(png_request(10_000, 64))] * 4),
+        attack(
+            "8 requests with a 29M-element INT64 tensor (58 MB)",
+            [
+                '{"inputs": [{"name": "x", "shape": [29000000], "datatype": "INT64", "data": ['
+                + ",".join(["1"] * 29_000_000)
+                + "]}]}"
+            ]
+            * 8,
+        ),
+        attack(
+            "200 predicts that hang 5 s, CHARIOT_PREDICT_TIMEOUT=1",
+            [json.dumps(png_request(32, 1, fault="hang", seconds=5))] * 200,
+            env={"CHARIOT_PREDICT_TIMEOUT": "1", "FAULTY_THREAD_SAFE": "1"},
+        ),
+        attack(
+            "one 58 MB V1 request of pixel lists",
+            ['{"instances": [[' + ",".join(["[" + ",".join(["[0,0,0]"] * 2200) + "]"] * 2200) + "]]}"],
+            path="/v1/models/m-faulty:predict",
+        ),
+    ]
+    print("| attack | answers | peak RSS | threads after | slowest /v2/health/live | engine |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    print("\n".join(rows))
+
+
+if __name__ == "__main__":
+    main()

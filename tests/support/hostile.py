@@ -1,0 +1,92 @@
+"""Helpers for the hostile-traffic tests: black PNG files of any size, and what /proc says about an engine."""
+
+import base64
+import functools
+import threading
+import time
+from pathlib import Path
+
+import cv2
+import numpy as np
+
+HERE = Path(__file__).parent
+
+
+@functools.cache
+def black_png(side: int) -> str:
+    """Base64 of a black side x side PNG: a few hundred KB of file that decodes to side² x 3 bytes."""
+    ok, encoded = cv2.imencode(".png", np.zeros((side, side, 3), np.uint8), [cv2.IMWRITE_PNG_COMPRESSION, 9])
+    assert ok
+    return base64.b64encode(encoded.tobytes()).decode("ascii")
+
+
+def png_request(side: int, count: int, **parameters) -> dict:
+    inputs = [
+        {"name": f"image-{i}", "shape": [1], "datatype": "BYTES", "data": [black_png(side)]} for i in range(count)
+    ]
+    for tensor in inputs:
+        if parameters:
+            tensor["parameters"] = parameters
+    return {"inputs": inputs}
+
+
+def status(pid: int) -> dict[str, str]:
+    lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    return dict(line.split(":", 1) for line in lines if ":" in line)
+
+
+def peak_rss_mib(pid: int) -> float:
+    """The most memory the process has held at once (VmHWM), in MiB."""
+    return int(status(pid)["VmHWM"].split()[0]) / 1024
+
+
+def rss_mib(pid: int) -> float:
+    return int(status(pid)["VmRSS"].split()[0]) / 1024
+
+
+def threads(pid: int) -> int:
+    return int(status(pid)["Threads"])
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / 100  # utime + stime, in clock ticks of 1/100 s
+
+
+class RSSGuard:
+    """Kill the engine (by its pid) if it holds more than `limit_mib`, so that a test of an engine without
+    admission fails instead of taking the machine down; `tripped` says whether it had to."""
+
+    def __init__(self, process, limit_mib: float):
+        self.process = process
+        self.limit_mib = limit_mib
+        self.tripped = False
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+
+    def _watch(self) -> None:
+        while not self._done.wait(0.05):
+            try:
+                if rss_mib(self.process.pid) > self.limit_mib:
+                    self.tripped = True
+                    self.process.kill()
+                    return
+            except (FileNotFoundError, ProcessLookupError, KeyError):
+                return
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._done.set()
+        self._thread.join()
+
+
+def wait_until(predicate, timeout: float, step: float = 0.1) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(step)
+    return predicate()

@@ -1,0 +1,58 @@
+"""Connections: idle sockets are closed and cannot use up the file descriptors, ambiguous framing is refused,
+and an error message does not send back the request it quotes."""
+
+import json
+import resource
+import socket
+import time
+
+import numpy as np
+import requests
+from hostile import HERE
+
+from chariot_support.testing import chariot_request, image_input, run_engine
+
+PIXELS = np.zeros((32, 48, 3), np.uint8)
+
+
+def few_files():
+    resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256))
+
+
+def test_idle_connections_cannot_lock_out_other_clients():
+    env = {"CHARIOT_KEEP_ALIVE": "1", "CHARIOT_MAX_CONNECTIONS": "100"}
+    with run_engine("faulty_engine", src=HERE, env=env, preexec_fn=few_files) as engine:
+        idle = []
+        try:
+            for _ in range(300):  # more than the engine's 256 file descriptors
+                try:
+                    idle.append(socket.create_connection(("127.0.0.1", engine.http_port), timeout=2))
+                except OSError:
+                    break
+            time.sleep(2)
+            body = json.dumps(chariot_request(image_input("image", PIXELS)))
+            response = requests.post(f"{engine.url}/v2/models/m-faulty/infer", data=body, timeout=10)
+            assert response.status_code == 200
+        finally:
+            for sock in idle:
+                sock.close()
+
+
+def test_content_length_with_transfer_encoding_is_refused():
+    with run_engine("faulty_engine", src=HERE) as engine:
+        with socket.create_connection(("127.0.0.1", engine.http_port), timeout=5) as sock:
+            sock.sendall(
+                b"POST /v2/models/m-faulty/infer HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\n"
+                b"Transfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n"
+            )
+            reply = sock.recv(65536)
+        assert reply.startswith(b"HTTP/1.1 400"), reply[:200]
+
+
+def test_error_messages_do_not_echo_the_request():
+    with run_engine("faulty_engine", src=HERE) as engine:
+        body = chariot_request(image_input("x" * 100_000, PIXELS, action="explode"))
+        response = requests.post(f"{engine.url}/v2/models/m-faulty/infer", data=json.dumps(body), timeout=10)
+        assert response.status_code == 400
+        assert len(response.json()["error"]) < 1200
+        assert "more characters" in response.json()["error"]

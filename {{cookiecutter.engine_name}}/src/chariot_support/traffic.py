@@ -1,0 +1,174 @@
+"""ASGI middlewares that hold the REST server against heavy and hostile requests: a body too dense or too deep to
+parse is refused before any JSON parser sees it, ambiguous framing is refused, and error bodies stay short."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import numpy as np
+
+_BRACKETS = np.zeros(256, np.int8)
+_BRACKETS[[ord("["), ord("{")]] = 1
+_BRACKETS[[ord("]"), ord("}")]] = -1
+
+
+def json_shape(body: bytes) -> tuple[int, int]:
+    """An upper bound on the number of values in a JSON document, and on its nesting depth, without parsing it:
+    a comma precedes every value but the first of a list or object, and brackets open and close levels. Commas and
+    brackets inside strings only raise the bounds (base64 holds neither). Runs at memchr speed."""
+    values = body.count(b",") + 1
+    opens = body.count(b"[") + body.count(b"{")
+    if opens < 2:
+        return values, opens
+    steps = _BRACKETS[np.frombuffer(body, np.uint8)]
+    steps = steps[steps != 0].astype(np.int32)
+    return values, int(np.cumsum(steps).max())
+
+
+async def _send_error(send, status: int, message: str, *, close: bool = False) -> None:
+    body = json.dumps({"error": message}).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    if close:
+        headers.append((b"connection", b"close"))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+class BodyShape:
+    """Read a POST body whole (the body limit outside bounds it) and refuse, before it is parsed, one that holds
+    more JSON values than CHARIOT_MAX_ELEMENTS (413: parsing holds the GIL, about 0.3 s a million) or nests deeper
+    than `max_depth` (400: parsers recurse). The count runs off the event loop, so health keeps answering."""
+
+    def __init__(self, app, *, max_elements: int, max_depth: int):
+        self.app = app
+        self.max_elements = max_elements
+        self.max_depth = max_depth
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http" or scope["method"] != "POST":
+            return await self.app(scope, receive, send)
+        chunks = []
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                return  # the client left
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body"):
+                break
+        body = b"".join(chunks)
+        del chunks
+        values, depth = await asyncio.to_thread(json_shape, body) if len(body) > 65536 else json_shape(body)
+        if depth > self.max_depth:
+            return await _send_error(
+                send, 400, f"the request body nests deeper than {self.max_depth} levels; no request needs that"
+            )
+        if values > self.max_elements:
+            return await _send_error(
+                send,
+                413,
+                f"the request body holds about {values:,} values, more than this engine parses in one request"
+                f" ({self.max_elements:,}, CHARIOT_MAX_ELEMENTS): send images as base64 files, or fewer values",
+            )
+        replayed = False
+
+        async def replay():
+            nonlocal replayed
+            if replayed:
+                return await receive()
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        await self.app(scope, replay, send)
+
+
+class Framing:
+    """Refuse a request that carries both Content-Length and Transfer-Encoding: a proxy in front may read its body
+    one way and this server the other (request smuggling). Every 503 gets a Retry-After."""
+
+    def __init__(self, app, *, retry_after: int = 1):
+        self.app = app
+        self.retry_after = str(retry_after).encode()
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        names = {k.lower() for k, _ in scope["headers"]}
+        if b"content-length" in names and b"transfer-encoding" in names:
+            return await _send_error(
+                send, 400, "the request has both Content-Length and Transfer-Encoding; send one", close=True
+            )
+
+        async def retry_later(message):
+            if message["type"] == "http.response.start" and message["status"] == 503:
+                message = {**message, "headers": [*message.get("headers", []), (b"retry-after", self.retry_after)]}
+            await send(message)
+
+        await self.app(scope, receive, retry_later)
+
+
+class ShortErrors:
+    """Cut the message of an `{"error": ...}` body to `max_chars`, so a client's oversize field is not sent back
+    to it (or into a log) whole."""
+
+    def __init__(self, app, *, max_chars: int):
+        self.app = app
+        self.max_chars = max_chars
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        start = None
+        chunks: list[bytes] = []
+
+        async def shorten(message):
+            nonlocal start
+            if message["type"] == "http.response.start" and message["status"] >= 400:
+                start = message
+                return
+            if start is None:
+                return await send(message)
+            chunks.append(message.get("body", b""))
+            if message.get("more_body"):
+                return
+            body = self._shortened(b"".join(chunks))
+            headers = [(k, v) for k, v in start.get("headers", []) if k.lower() != b"content-length"]
+            headers.append((b"content-length", str(len(body)).encode()))
+            await send({**start, "headers": headers})
+            await send({"type": "http.response.body", "body": body})
+
+        await self.app(scope, receive, shorten)
+
+    def _shortened(self, body: bytes) -> bytes:
+        if len(body) <= self.max_chars + 20:
+            return body
+        try:
+            content = json.loads(body)
+        except ValueError:
+            return body[: self.max_chars]
+        if isinstance(content, dict) and isinstance(content.get("error"), str):
+            error = content["error"]
+            if len(error) > self.max_chars:
+                content["error"] = f"{error[: self.max_chars]}... ({len(error) - self.max_chars:,} more characters)"
+            return json.dumps(content).encode()
+        return body
+
+
+def idle_limited_protocol(max_connections: int):
+    """uvicorn's HTTP protocol, except that a connection that sends nothing is closed after the keep-alive time
+    (uvicorn times out only connections that already had a request), and one past `max_connections` is closed at
+    once: idle sockets cannot use up the process's file descriptors. Uses uvicorn's protocol internals
+    (`connections`, `timeout_keep_alive_task`); tests/support/test_hostile_connections.py says when they change."""
+    from uvicorn.protocols.http.auto import AutoHTTPProtocol
+
+    class IdleLimitedProtocol(AutoHTTPProtocol):  # h11, or httptools when installed
+        def connection_made(self, transport) -> None:
+            super().connection_made(transport)
+            if len(self.connections) > max_connections:
+                transport.close()
+                return
+            self.timeout_keep_alive_task = self.loop.call_later(
+                self.timeout_keep_alive, self.timeout_keep_alive_handler
+            )
+
+    return IdleLimitedProtocol

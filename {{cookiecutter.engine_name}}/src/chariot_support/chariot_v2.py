@@ -70,14 +70,16 @@ def choose(protocol: Protocol, content_type: str | None, body: bytes) -> tuple[P
     chariot-v2-kserve when it has 'inputs' and chariot-v2 when it has 'input'. A body that starts with '{' is read
     as JSON whatever its label, as `curl -d` labels JSON as form data."""
     kind = media_type(content_type)
+    if protocol is Protocol.KSERVE:
+        if not body.strip():
+            raise BadRequest(_empty_message(protocol))
+        return Protocol.KSERVE, None
     if protocol is Protocol.CHARIOT_V2 or kind in JSONL_TYPES:
         return Protocol.CHARIOT_V2, None
     looks_json = body.lstrip()[:1] in (b"{", b"[")
-    if protocol is Protocol.KSERVE or kind in JSON_TYPES or looks_json:
+    if kind in JSON_TYPES or looks_json:
         if not body.strip():
             raise BadRequest(_empty_message(protocol))
-        if protocol is Protocol.KSERVE:
-            return Protocol.KSERVE, None
         value = read_json(body, "the request body")
         if isinstance(value, dict) and "inputs" in value:
             return Protocol.KSERVE, value

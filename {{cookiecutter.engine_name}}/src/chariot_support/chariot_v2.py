@@ -15,7 +15,7 @@ from typing import Any
 
 from mlserver.types import InferenceRequest, Parameters, RequestInput
 
-from .decoding import DEFAULT_LIMITS, Limits, ParsedRequest, parse_request
+from .decoding import DEFAULT_LIMITS, Limits, ParsedRequest, parse_request, refuse_data_url
 from .errors import BadRequest
 from .tasks import TaskType
 
@@ -171,11 +171,7 @@ def _json_input(value: Any, where: str, name: str) -> tuple[str, str, dict]:
 
 
 def check_base64(text: str, where: str) -> None:
-    if text.startswith("data:") and "," in text[:100]:
-        raise BadRequest(
-            f"{where} starts with a data URL prefix ({text.split(',', 1)[0]},); drop the prefix and send only the"
-            " base64 that follows the comma"
-        )
+    refuse_data_url(text, where)
     try:
         raw = base64.b64decode("".join(text.split()), validate=True)
     except (binascii.Error, ValueError) as exc:

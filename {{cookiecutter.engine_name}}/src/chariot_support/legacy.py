@@ -20,7 +20,7 @@ from mlserver.parallel.model import ParallelModel
 from mlserver.types import InferenceRequest, Parameters, RequestInput
 
 from .base import has_explain
-from .decoding import DEFAULT_LIMITS, Limits, ParsedRequest, parse_request
+from .decoding import DEFAULT_LIMITS, Limits, ParsedRequest, parse_request, refuse_data_url
 from .errors import BadRequest, ChariotError, NotFound, unwrap_worker_error
 from .logs import header_request_id
 from .runtime import engine_limits, import_model_class
@@ -202,6 +202,7 @@ def _image_value(value: Any, where: str) -> str | bytes | None:
 
 
 def _check_base64(text: str, where: str) -> None:
+    refuse_data_url(text, where)
     try:
         raw = base64.b64decode("".join(text.split()), validate=True)
     except (binascii.Error, ValueError) as exc:

@@ -127,6 +127,11 @@ class ChariotDataPlane:
             yield self.resolve(name)
         except ModelNotFound:
             if self.resolve(name) != self.model_name:
+                lowered = name.lower()
+                if lowered != name and self.resolve(lowered) == self.model_name:
+                    raise NotFound(
+                        f"no model named {name!r}: model ids are lowercase in Chariot's URLs; use {lowered!r}"
+                    ) from None
                 served = self.model_name if self._pinned else f"any m-<id> name (it was started as {self.model_name})"
                 raise NotFound(f"no model named {name!r}: this engine serves {served}") from None
             if version:

@@ -134,3 +134,15 @@ def test_a_data_url_prefix_is_told_to_go(engine, task, scene):
     assert "drop the prefix" in reply.json()["error"] and "data:image/png;base64," in reply.json()["error"]
     v1 = requests.post(f"{engine.url}/v1/models/m-demo:predict", json={"instances": [{"b64": data}]}, timeout=30)
     assert v1.status_code == 400 and "drop the prefix" in v1.json()["error"]
+
+
+def test_a_red_region_drawn_red_on_a_red_shape_still_shows(scene):
+    from chariot_support.tasks import Segmentation
+
+    before = cv2.cvtColor(scene.pixels, cv2.COLOR_RGB2BGR)
+    mask = np.zeros(scene.pixels.shape[:2], np.uint8)
+    xmin, ymin, xmax, ymax = scene.red_box
+    mask[ymin:ymax, xmin:xmax] = 1
+    after = client.draw(before, [Segmentation.from_mask("red", 0.9, mask).model_dump()])
+    assert not np.array_equal(before[60, 60], after[60, 60]), "the lighter tint shows inside"
+    assert (after[ymax - 4 : ymax + 3, 60] != before[ymax - 4 : ymax + 3, 60]).any(), "the dark edge shows"

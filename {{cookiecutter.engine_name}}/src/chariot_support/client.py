@@ -48,6 +48,8 @@ NAMED_COLOURS = {
     "grey": (128, 128, 128),
     "gray": (128, 128, 128),
 }
+# A dark edge under every outline, so a box in its label's colour shows on a shape of that colour.
+HALO = (0, 0, 0)
 FONT = cv2.FONT_HERSHEY_SIMPLEX
 
 
@@ -348,7 +350,9 @@ def draw(image: np.ndarray, results: Sequence[dict]) -> np.ndarray:
         caption = f"{label} {result['score']:.2f}" if "score" in result else label
         if {"xmin", "ymin", "xmax", "ymax"} <= result.keys():
             top_left = (round(result["xmin"]), round(result["ymin"]))
-            cv2.rectangle(canvas, top_left, (round(result["xmax"]), round(result["ymax"])), colour, thickness)
+            bottom_right = (round(result["xmax"]), round(result["ymax"]))
+            cv2.rectangle(canvas, top_left, bottom_right, HALO, thickness + 2)
+            cv2.rectangle(canvas, top_left, bottom_right, colour, thickness)
             _caption(canvas, caption, top_left, colour, scale)
         elif {"cx", "cy", "w", "h", "r"} <= result.keys():
             # Normalised to the image; OpenCV's angle is clockwise on screen in degrees, as Chariot's r is in radians.
@@ -358,14 +362,17 @@ def draw(image: np.ndarray, results: Sequence[dict]) -> np.ndarray:
                 math.degrees(result["r"]),
             )
             corners = np.round(cv2.boxPoints(rect)).astype(np.int32)
+            cv2.polylines(canvas, [corners], True, HALO, thickness + 2, cv2.LINE_AA)
             cv2.polylines(canvas, [corners], True, colour, thickness, cv2.LINE_AA)
             top = corners[np.argmin(corners[:, 1])]
             _caption(canvas, caption, (int(top[0]), int(top[1])), colour, scale)
         elif "contour" in result:
             polygons = [np.array([[round(p["x"]), round(p["y"])] for p in c], np.int32) for c in result["contour"] if c]
             overlay = canvas.copy()
-            cv2.fillPoly(overlay, polygons, colour)
+            # A lighter tint, so a region stays visible when its colour is the label's own ("red" on red).
+            cv2.fillPoly(overlay, polygons, tuple((c + 255) // 2 for c in colour))
             cv2.addWeighted(overlay, 0.35, canvas, 0.65, 0, dst=canvas)
+            cv2.polylines(canvas, polygons, True, HALO, thickness + 2, cv2.LINE_AA)
             cv2.polylines(canvas, polygons, True, colour, thickness, cv2.LINE_AA)
             points = np.concatenate(polygons)
             top = points[np.argmin(points[:, 1])]

@@ -15,6 +15,7 @@ from typing import Any
 
 from mlserver.types import InferenceRequest, Parameters, RequestInput
 
+from .decoding import _IMAGE_MAGIC as IMAGE_MAGIC
 from .decoding import DEFAULT_LIMITS, Limits, ParsedRequest, parse_request, refuse_data_url
 from .errors import BadRequest
 from .tasks import TaskType
@@ -66,9 +67,10 @@ class ChariotV2Request:
 def choose(protocol: Protocol, content_type: str | None, body: bytes) -> tuple[Protocol, Any]:
     """Which protocol answers this `/infer` request, and the JSON body when it is already read (else None).
 
-    Pinned, the setting decides. Otherwise JSONL and non-JSON content types are chariot-v2; a JSON object is
-    chariot-v2-kserve when it has 'inputs' and chariot-v2 when it has 'input'. A body that starts with '{' is read
-    as JSON whatever its label, as `curl -d` labels JSON as form data."""
+    Pinned, the setting decides. Otherwise JSONL, and image files under any label, are chariot-v2; a JSON object with
+    'input' (and no 'inputs') is chariot-v2, and every other JSON body chariot-v2-kserve, the default, whose checks
+    say what is wrong with it. A body that starts with '{' is read as JSON whatever its label, as `curl -d` labels
+    JSON as form data."""
     kind = media_type(content_type)
     if protocol is Protocol.KSERVE:
         if not body.strip():
@@ -77,19 +79,18 @@ def choose(protocol: Protocol, content_type: str | None, body: bytes) -> tuple[P
     if protocol is Protocol.CHARIOT_V2 or kind in JSONL_TYPES:
         return Protocol.CHARIOT_V2, None
     looks_json = body.lstrip()[:1] in (b"{", b"[")
-    if kind in JSON_TYPES or looks_json:
+    # No type, or curl -d's form type, on a body that is no image file: a JSON body, probably a broken one.
+    unlabelled = kind in ("", "application/x-www-form-urlencoded") and not body.startswith(IMAGE_MAGIC)
+    if kind in JSON_TYPES or looks_json or unlabelled:
         if not body.strip():
             raise BadRequest(_empty_message(protocol))
-        value = read_json(body, "the request body")
-        if isinstance(value, dict) and "inputs" in value:
-            return Protocol.KSERVE, value
-        if isinstance(value, dict) and "input" in value:
+        try:
+            value = json.loads(body)
+        except (ValueError, UnicodeDecodeError):
+            return Protocol.KSERVE, None  # chariot-v2-kserve, the default, says what is wrong with it
+        if isinstance(value, dict) and "input" in value and "inputs" not in value:
             return Protocol.CHARIOT_V2, value
-        raise BadRequest(
-            "the request body must be a JSON object with 'inputs' (chariot-v2-kserve:"
-            ' {"inputs": [{"name": ..., "datatype": "BYTES", "shape": [1], "data": ["<base64>"]}]}) or with \'input\''
-            ' (chariot-v2: {"input": "<base64>", "parameters": {...}})'
-        )
+        return Protocol.KSERVE, value
     return Protocol.CHARIOT_V2, None
 
 

@@ -24,6 +24,12 @@ RULES = [
         "engine_name {value!r} is longer than 63 characters, too long for an image or Kubernetes name.",
     ),
     (
+        "engine_name",
+        lambda v: v.replace("-", "_") != "chariot_support",
+        "engine_name {value!r} would name the engine's package chariot_support, the support package every engine"
+        " already has; choose another name.",
+    ),
+    (
         "model_id",
         re.compile(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?").fullmatch,
         "model_id {value!r} cannot stand in the URL path /v2/models/m-<id>: use lowercase letters, digits and"

@@ -26,6 +26,7 @@ def bake(tmp_path, *answers):
         ("engine_name=-engine", "must be a lowercase slug"),
         ("engine_name=engine--two", "must be a lowercase slug"),
         ("engine_name=" + "e" * 64, "longer than 63 characters"),
+        ("engine_name=chariot-support", "engine_name 'chariot-support' would name the engine's package chariot_support"),
         ("model_id=Demo", "model_id 'Demo' cannot stand in the URL path /v2/models/m-<id>"),
         ("model_id=my/model", "cannot stand in the URL path"),
         ("model_id=a b", "cannot stand in the URL path"),

@@ -22,8 +22,13 @@ def test_several_images_get_a_table_each_a_drawing_each_and_a_counter(engine, ru
     assert "[1/2] samples/scene.png" in result.stderr and "[2/2] samples/shapes.jpg" in result.stderr
     for name, sample in (("scene.png", "samples/scene.png"), ("shapes.png", "samples/shapes.jpg")):
         drawn, original = cv2.imread(str(out / name)), cv2.imread(str(ENGINE_TEMPLATE / sample))
-        assert drawn is not None and drawn.shape == original.shape
-        assert (cv2.absdiff(drawn, original) > 40).any(axis=2).sum() > 50, f"nothing drawn on {name}"
+        # Boxes and contours are drawn on the picture; labels and answers in a band added below it.
+        assert drawn is not None and drawn.shape[1:] == original.shape[1:] and drawn.shape[0] >= original.shape[0]
+        height = original.shape[0]
+        on_picture = (cv2.absdiff(drawn[:height], original) > 40).any(axis=2).sum()
+        band = drawn[height:]
+        in_band = (band != band[0, 0]).any(axis=2).sum() if len(band) else 0
+        assert on_picture > 50 or in_band > 100, f"nothing drawn on {name}"
 
 
 def test_a_batch_of_images_travels_in_one_request(engine, run_client):

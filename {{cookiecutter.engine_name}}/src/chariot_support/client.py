@@ -1,10 +1,11 @@
-"""A command-line client for an engine: send images as chariot-v2-kserve requests, print what came back as a
+"""A command-line client for an engine: send images as chariot-v2-kserve (or chariot-v2) requests, print what came back as a
 table, and draw it on the images. Each engine's `python -m <package>.client` runs `main` with its model id."""
 
 from __future__ import annotations
 
 import argparse
 import base64
+import http.client
 import json
 import math
 import sys
@@ -20,6 +21,7 @@ import cv2
 import numpy as np
 
 DEFAULT_URL = "http://localhost:8080"
+PROTOCOLS = ("chariot-v2-kserve", "chariot-v2")
 # Outline colours (BGR) that stand out against the demo's saturated red, green and blue shapes and each other.
 PALETTE = (
     (0, 215, 255),  # amber
@@ -31,6 +33,23 @@ PALETTE = (
     (0, 255, 191),  # chartreuse
     (255, 144, 30),  # sky
 )
+# Labels that name a colour are drawn in it (BGR), so a "red" box is red.
+NAMED_COLOURS = {
+    "red": (0, 0, 255),
+    "green": (0, 255, 0),
+    "blue": (255, 0, 0),
+    "yellow": (0, 255, 255),
+    "cyan": (255, 255, 0),
+    "magenta": (255, 0, 255),
+    "orange": (0, 165, 255),
+    "purple": (128, 0, 128),
+    "white": (255, 255, 255),
+    "black": (0, 0, 0),
+    "grey": (128, 128, 128),
+    "gray": (128, 128, 128),
+}
+# A dark edge under every outline, so a box in its label's colour shows on a shape of that colour.
+HALO = (0, 0, 0)
 FONT = cv2.FONT_HERSHEY_SIMPLEX
 
 
@@ -91,21 +110,38 @@ def infer_url(url: str, model_id: str) -> str:
     return f"{url.rstrip('/')}/v2/models/m-{model_id}/infer/"
 
 
-def post(url: str, body: dict, *, timeout: float = 60.0, headers: Sequence[tuple[str, str]] = ()) -> dict:
-    """POST `body` as JSON and return the decoded reply; raise ClientError with the engine's `{"error"}` message."""
-    request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST")
-    request.add_header("Content-Type", "application/json")
+def send(
+    url: str, data: bytes, content_type: str, *, timeout: float = 60.0, headers: Sequence[tuple[str, str]] = ()
+) -> bytes:
+    """POST `data` and return the reply's body; every way of failing is a ClientError of one sentence."""
+    request = urllib.request.Request(url, data=data, method="POST")
+    request.add_header("Content-Type", content_type)
     for key, value in headers:
         request.add_header(key, value)
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
-            raw = response.read()
+            return response.read()
     except urllib.error.HTTPError as error:
         raise ClientError(f"HTTP {error.code} from {url}: {_error_message(error.read())}") from None
     except urllib.error.URLError as error:
+        if isinstance(error.reason, TimeoutError):
+            raise ClientError(f"no answer from {url} within {timeout:g} s; raise --timeout for slow models") from None
         raise ClientError(f"cannot reach {url}: {error.reason}; is the engine running and listening there?") from None
     except TimeoutError:
         raise ClientError(f"no answer from {url} within {timeout:g} s; raise --timeout for slow models") from None
+    except (http.client.HTTPException, ConnectionError) as error:
+        # Something listens there but does not speak HTTP/1.1, such as the engine's gRPC port.
+        raise ClientError(
+            f"{url} did not answer as an HTTP server ({type(error).__name__}); is that the engine's REST port"
+            " (8080 by default; 8081 is gRPC)?"
+        ) from None
+    except OSError as error:
+        raise ClientError(f"cannot talk to {url}: {error}") from None
+
+
+def post(url: str, body: dict, *, timeout: float = 60.0, headers: Sequence[tuple[str, str]] = ()) -> dict:
+    """POST `body` as JSON and return the decoded reply; raise ClientError with the engine's `{"error"}` message."""
+    raw = send(url, json.dumps(body).encode(), "application/json", timeout=timeout, headers=headers)
     try:
         answer = json.loads(raw)
     except ValueError:
@@ -113,6 +149,30 @@ def post(url: str, body: dict, *, timeout: float = 60.0, headers: Sequence[tuple
     if not isinstance(answer, dict) or not isinstance(answer.get("outputs"), list):
         raise ClientError(f"{url} answered without an 'outputs' list: {raw[:200]!r}")
     return answer
+
+
+def chariot_v2_lines(images: Sequence[tuple[str, bytes]], **settings: Any) -> bytes:
+    """A chariot-v2 JSONL body: one `{"input": "<base64>", "parameters": {...}}` line per image."""
+    body = build_request(images, **settings)
+    lines = [
+        {"input": t["data"][0], **({"parameters": t["parameters"]} if "parameters" in t else {})}
+        for t in body["inputs"]
+    ]
+    return "".join(json.dumps(line) + "\n" for line in lines).encode()
+
+
+def post_chariot_v2(
+    url: str, names: Sequence[str], data: bytes, *, timeout: float = 60.0, headers: Sequence[tuple[str, str]] = ()
+) -> dict:
+    """POST a chariot-v2 JSONL body and return its answer lines in chariot-v2-kserve's shape, named as sent."""
+    raw = send(url, data, "application/jsonl", timeout=timeout, headers=headers)
+    try:
+        lines = [json.loads(line) for line in raw.splitlines() if line.strip()]
+    except ValueError:
+        raise ClientError(f"{url} answered with something that is not JSON lines: {raw[:200]!r}") from None
+    if len(lines) != len(names) or not all(isinstance(line, dict) and "output" in line for line in lines):
+        raise ClientError(f'{url} did not answer one {{"output": [...]}} line per image: {raw[:200]!r}')
+    return {"outputs": [{"name": n, "data": [line["output"]]} for n, line in zip(names, lines, strict=True)]}
 
 
 def _error_message(raw: bytes) -> str:
@@ -233,8 +293,9 @@ def describe(answer: Answer) -> str:
 
 
 def colour_of(label: str) -> tuple[int, int, int]:
-    """A colour per label, the same on every run and every image."""
-    return PALETTE[zlib.crc32(label.encode()) % len(PALETTE)]
+    """A colour per label, the same on every run and every image: the colour itself when the label names one."""
+    named = NAMED_COLOURS.get(label.strip().lower())
+    return named if named is not None else PALETTE[zlib.crc32(label.encode()) % len(PALETTE)]
 
 
 def _sizes(image: np.ndarray) -> tuple[int, float]:
@@ -265,22 +326,20 @@ def _wrap(text: str, scale: float, width: int) -> list[str]:
     return [*lines, current] if current else lines
 
 
-def _text_panel(image: np.ndarray, lines: Sequence[tuple[str, tuple[int, int, int]]], scale: float) -> None:
-    """Lines of text in a dark band across the top of the image, for results that have no place in it."""
+def _text_panel(image: np.ndarray, lines: Sequence[tuple[str, tuple[int, int, int]]], scale: float) -> np.ndarray:
+    """`image` with a dark band added below it holding lines of text, for results that have no place in the
+    picture: the picture itself stays whole."""
     height = cv2.getTextSize("Ag", FONT, scale, 1)[0][1]
     step = int(height * 1.8) + 2
-    band = min(image.shape[0], step * len(lines) + 6)
-    image[:band] = (image[:band] * 0.35).astype(image.dtype)
+    band = np.full((step * len(lines) + 8, image.shape[1], 3), 32, image.dtype)
     for index, (text, colour) in enumerate(lines):
-        y = 4 + step * index + height + 2
-        if y > image.shape[0]:
-            break
-        cv2.putText(image, text, (6, y), FONT, scale, colour, 1, cv2.LINE_AA)
+        cv2.putText(band, text, (6, 4 + step * index + height + 2), FONT, scale, colour, 1, cv2.LINE_AA)
+    return np.vstack([image, band])
 
 
 def draw(image: np.ndarray, results: Sequence[dict]) -> np.ndarray:
     """A copy of `image` (BGR) with `results` drawn on it: boxes, rotated boxes and contours with their label and
-    score; labels or prompt answers as text across the top."""
+    score; labels or prompt answers as text in a band added below the picture."""
     canvas = image.copy()
     thickness, scale = _sizes(canvas)
     height, width = canvas.shape[:2]
@@ -291,7 +350,9 @@ def draw(image: np.ndarray, results: Sequence[dict]) -> np.ndarray:
         caption = f"{label} {result['score']:.2f}" if "score" in result else label
         if {"xmin", "ymin", "xmax", "ymax"} <= result.keys():
             top_left = (round(result["xmin"]), round(result["ymin"]))
-            cv2.rectangle(canvas, top_left, (round(result["xmax"]), round(result["ymax"])), colour, thickness)
+            bottom_right = (round(result["xmax"]), round(result["ymax"]))
+            cv2.rectangle(canvas, top_left, bottom_right, HALO, thickness + 2)
+            cv2.rectangle(canvas, top_left, bottom_right, colour, thickness)
             _caption(canvas, caption, top_left, colour, scale)
         elif {"cx", "cy", "w", "h", "r"} <= result.keys():
             # Normalised to the image; OpenCV's angle is clockwise on screen in degrees, as Chariot's r is in radians.
@@ -301,14 +362,17 @@ def draw(image: np.ndarray, results: Sequence[dict]) -> np.ndarray:
                 math.degrees(result["r"]),
             )
             corners = np.round(cv2.boxPoints(rect)).astype(np.int32)
+            cv2.polylines(canvas, [corners], True, HALO, thickness + 2, cv2.LINE_AA)
             cv2.polylines(canvas, [corners], True, colour, thickness, cv2.LINE_AA)
             top = corners[np.argmin(corners[:, 1])]
             _caption(canvas, caption, (int(top[0]), int(top[1])), colour, scale)
         elif "contour" in result:
             polygons = [np.array([[round(p["x"]), round(p["y"])] for p in c], np.int32) for c in result["contour"] if c]
             overlay = canvas.copy()
-            cv2.fillPoly(overlay, polygons, colour)
+            # A lighter tint, so a region stays visible when its colour is the label's own ("red" on red).
+            cv2.fillPoly(overlay, polygons, tuple((c + 255) // 2 for c in colour))
             cv2.addWeighted(overlay, 0.35, canvas, 0.65, 0, dst=canvas)
+            cv2.polylines(canvas, polygons, True, HALO, thickness + 2, cv2.LINE_AA)
             cv2.polylines(canvas, polygons, True, colour, thickness, cv2.LINE_AA)
             points = np.concatenate(polygons)
             top = points[np.argmin(points[:, 1])]
@@ -321,7 +385,7 @@ def draw(image: np.ndarray, results: Sequence[dict]) -> np.ndarray:
         elif label:
             text_lines.append((caption, colour))
     if text_lines:
-        _text_panel(canvas, text_lines, scale)
+        canvas = _text_panel(canvas, text_lines, scale)
     return canvas
 
 
@@ -395,6 +459,12 @@ def parser(default_model_id: str) -> argparse.ArgumentParser:
         metavar="'NAME: VALUE'",
         help="an extra HTTP header, e.g. 'Authorization: Bearer <token>' for a deployed model",
     )
+    p.add_argument(
+        "--protocol",
+        choices=PROTOCOLS,
+        default=PROTOCOLS[0],
+        help="chariot-v2-kserve (default: JSON to /v2/models/m-<id>/infer/) or chariot-v2 (JSON lines to /infer)",
+    )
     p.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for each reply (default 60)")
     p.add_argument("--json", action="store_true", help="print each raw reply as JSON instead of tables")
     return p
@@ -454,26 +524,30 @@ def main(argv: Sequence[str] | None = None, *, default_model_id: str = "demo") -
         missing = [str(p) for p in args.images if not p.is_file()]
         if missing:
             raise ValueError(f"no such file: {', '.join(missing)}")
+        if args.protocol == "chariot-v2" and metadata is not None:
+            raise ValueError("--metadata is carried by chariot-v2-kserve only; chariot-v2 answers have no place for it")
         drawings = drawing_paths(args.images, args.draw) if args.draw else None
         if args.draw and len(args.images) > 1:
             args.draw.mkdir(parents=True, exist_ok=True)
     except (ValueError, OSError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    url = infer_url(args.url, args.model_id)
+    v2 = args.protocol == "chariot-v2"
+    url = f"{args.url.rstrip('/')}/infer" if v2 else infer_url(args.url, args.model_id)
     progress = _Progress(len(args.images))
     try:
         for start in range(0, len(args.images), args.batch):
             paths = args.images[start : start + args.batch]
             names = [f"image-{start + i}" for i in range(len(paths))]
-            body = build_request(
-                list(zip(names, (p.read_bytes() for p in paths), strict=True)),
-                action=args.action,
-                prompts=args.prompts,
-                score_threshold=args.score_threshold,
-                metadata=metadata,
-            )
-            reply = post(url, body, timeout=args.timeout, headers=headers)
+            images = list(zip(names, (p.read_bytes() for p in paths), strict=True))
+            settings = {"action": args.action, "prompts": args.prompts, "score_threshold": args.score_threshold}
+            if v2:
+                lines = chariot_v2_lines(images, **settings)
+                reply = post_chariot_v2(url, names, lines, timeout=args.timeout, headers=headers)
+            else:
+                reply = post(
+                    url, build_request(images, **settings, metadata=metadata), timeout=args.timeout, headers=headers
+                )
             answers = answers_for(paths, names, reply)
             if args.json:
                 print(json.dumps(reply))

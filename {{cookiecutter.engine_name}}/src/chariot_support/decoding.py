@@ -229,6 +229,15 @@ def _read_prompts(value: Any, where: str) -> tuple[str, ...]:
     return tuple(value)
 
 
+def refuse_data_url(text: str, where: str) -> None:
+    """A browser's `data:image/png;base64,` prefix is not base64; say to drop it rather than that it is invalid."""
+    if text[:5].lower() == "data:" and "," in text[:200]:
+        raise BadRequest(
+            f"{where} starts with a data URL prefix ({text.split(',', 1)[0]},): drop the prefix and send only the"
+            " base64 after the comma"
+        )
+
+
 def _image_bytes(value: Any, where: str) -> bytes:
     if isinstance(value, (bytes, bytearray)):
         if bytes(value[:4]).startswith(_IMAGE_MAGIC):
@@ -236,6 +245,7 @@ def _image_bytes(value: Any, where: str) -> bytes:
         value = bytes(value).decode("ascii", errors="replace")
     if not isinstance(value, str):
         raise BadRequest(f"{where}: data[0] must be a base64 string of an image file, got {type(value).__name__}")
+    refuse_data_url(value, f"{where}: data[0]")
     try:
         raw = base64.b64decode(value, validate=True)
     except (binascii.Error, ValueError):

@@ -21,8 +21,9 @@ from mlserver.parallel.model import ParallelModel
 from mlserver.types import InferenceRequest, Parameters, RequestInput
 
 from .base import has_explain
-from .decoding import DEFAULT_LIMITS, Limits, ParsedRequest, parse_request
+from .decoding import DEFAULT_LIMITS, Limits, ParsedRequest, parse_request, refuse_data_url
 from .errors import BadRequest, ChariotError, NotFound, unwrap_worker_error
+from .logs import header_request_id
 from .runtime import engine_limits, import_model_class
 from .tasks import TaskType
 
@@ -204,6 +205,7 @@ def _image_value(value: Any, where: str) -> str | bytes | None:
 
 
 def _check_base64(text: str, where: str) -> None:
+    refuse_data_url(text, where)
     try:
         raw = base64.b64decode("".join(text.split()), validate=True)
     except (binascii.Error, ValueError) as exc:
@@ -329,7 +331,7 @@ def _failure(error: MLServerError) -> Response:
     return _json({"error": str(error)}, error.status_code)
 
 
-async def _find_model(data_plane: Any, name: str, version: str | None) -> MLModel:
+async def find_model(data_plane: Any, name: str, version: str | None) -> MLModel:
     """The one model behind `name`; a label names whatever version the engine serves, as it serves one."""
     with data_plane.named(name) as resolved:
         model = await data_plane._model_registry.get_model(resolved)
@@ -342,7 +344,7 @@ def _model_class(model: MLModel) -> type:
     return import_model_class(model.settings.parameters.extra["model_class"])
 
 
-async def _predict_images(model: MLModel, request: ParsedRequest, request_id: str, explain: bool):
+async def predict_images(model: MLModel, request: ParsedRequest, request_id: str, explain: bool):
     if not model.ready:
         raise ModelLoading("the model is still loading; try again when GET /v1/models/<name> says ready")
     if isinstance(model, ParallelModel):
@@ -363,7 +365,7 @@ def install_legacy_routes(app: FastAPI, data_plane: Any) -> None:
         if match is None:
             return _json({"error": f"no route for GET /v1/models/{path}"}, 404)
         try:
-            model = await _find_model(data_plane, match["name"], match["version"])
+            model = await find_model(data_plane, match["name"], match["version"])
         except MLServerError as error:
             return _failure(error)
         version = model.version or "1"
@@ -377,7 +379,7 @@ def install_legacy_routes(app: FastAPI, data_plane: Any) -> None:
             known = ", ".join(f":{v}" for v in VERBS)
             return _json({"error": f"no route for POST /v1/models/{path}; the verbs are {known}"}, 404)
         try:
-            model = await _find_model(data_plane, match["name"], match["version"])
+            model = await find_model(data_plane, match["name"], match["version"])
             model_class = _model_class(model)
             task, name = model_class.task_type, match["verb"]
             if name == "regress":
@@ -395,8 +397,8 @@ def install_legacy_routes(app: FastAPI, data_plane: Any) -> None:
             raw = await request.body()
             # Parsing and checking a body of pixel lists takes long enough to hold up health checks: off the loop.
             parsed = await asyncio.to_thread(lambda: parse(read_body(raw), task, limits))
-            request_id = request.headers.get("x-request-id") or uuid.uuid4().hex
-            results, explanations = await _predict_images(model, parsed, request_id, explain=name == "explain")
+            request_id = header_request_id(request.headers) or uuid.uuid4().hex
+            results, explanations = await predict_images(model, parsed, request_id, explain=name == "explain")
         except MLServerError as error:
             return _failure(error)
         if name == "classify":

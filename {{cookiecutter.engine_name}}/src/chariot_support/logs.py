@@ -9,6 +9,7 @@ import os
 import re
 import sys
 import time
+from collections.abc import Mapping
 from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import Any
@@ -102,6 +103,20 @@ def log_request(
     requests_logger.log(level, "%s %s %s %.1f ms", method, path, status, latency_ms, extra={"fields": fields})
 
 
+# Where a request's id comes from when its body has none, first match first: the caller's own id, then the base id
+# Chariot builds its inference ids from.
+REQUEST_ID_HEADERS = ("x-request-id", "chariot-inference-base-id")
+
+
+def header_request_id(headers: Mapping[str, str]) -> str | None:
+    """The request id the headers carry (lowercase names, as HTTP/2, gRPC metadata and Starlette give them)."""
+    for name in REQUEST_ID_HEADERS:
+        value = headers.get(name)
+        if value:
+            return value
+    return None
+
+
 def note_request_id(request_id: str | None) -> None:
     """Tell the current request's log line its id, once the engine knows it (from the body, a header, or new)."""
     entry = _current.get()
@@ -138,7 +153,7 @@ class RequestLog:
             _current.reset(token)
             path = scope.get("path", "")
             found = _MODEL_PATH.match(path)
-            request_id = entry.get("request_id") or _header(scope, b"x-request-id")
+            request_id = entry.get("request_id") or header_request_id(_headers(scope))
             model = found.group(1) if found else (self.model_name if path.rstrip("/") == "/infer" else None)
             log_request(
                 protocol="rest",
@@ -151,11 +166,8 @@ class RequestLog:
             )
 
 
-def _header(scope, name: bytes) -> str | None:
-    for key, value in scope.get("headers", ()):
-        if key.lower() == name:
-            return value.decode("latin-1")
-    return None
+def _headers(scope) -> dict[str, str]:
+    return {key.decode("latin-1").lower(): value.decode("latin-1") for key, value in scope.get("headers", ())}
 
 
 class GRPCRequestLog:

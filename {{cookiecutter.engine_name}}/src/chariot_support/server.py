@@ -6,6 +6,7 @@ import asyncio
 import logging
 import os
 import re
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -28,16 +29,18 @@ from mlserver.types import (
     RepositoryIndexResponse,
 )
 from mlserver.utils import install_uvloop_event_loop
+from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from . import chariot_v2
 from .admission import guards
 from .base import ChariotModel
 from .errors import ChariotError, ModelLoadFailed, NotFound, unwrap_worker_error
 from .grpc_api import ChariotGRPCServer
-from .legacy import install_legacy_routes
-from .logs import GRPCRequestLog, configure_logging, install_request_log
-from .runtime import engine_limits, env_int
-from .traffic import BodyShape, Framing, ShortErrors, idle_limited_protocol
+from .legacy import find_model, install_legacy_routes, predict_images
+from .logs import GRPCRequestLog, configure_logging, header_request_id, install_request_log, note_request_id
+from .runtime import engine_limits, env_int, import_model_class
+from .traffic import BodyShape, Framing, IdleLimitedProtocol, ShortErrors
 
 logger = logging.getLogger("chariot_support")
 
@@ -72,7 +75,7 @@ def engine_settings() -> Settings:
         "limit_concurrency": guards().max_connections,
         "timeout_keep_alive": guards().keep_alive,
         "h11_max_incomplete_event_size": 64 << 10,
-        "http": idle_limited_protocol(guards().max_connections),
+        "http": IdleLimitedProtocol,
     }
     return settings
 
@@ -135,6 +138,11 @@ class ChariotDataPlane:
             yield self.resolve(name)
         except ModelNotFound:
             if self.resolve(name) != self.model_name:
+                lowered = name.lower()
+                if lowered != name and self.resolve(lowered) == self.model_name:
+                    raise NotFound(
+                        f"no model named {name!r}: model ids are lowercase in Chariot's URLs; use {lowered!r}"
+                    ) from None
                 served = self.model_name if self._pinned else f"any m-<id> name (it was started as {self.model_name})"
                 raise NotFound(f"no model named {name!r}: this engine serves {served}") from None
             if version:
@@ -146,7 +154,7 @@ class ChariotDataPlane:
     async def infer(self, payload: InferenceRequest, name: str, version: str | None = None) -> InferenceResponse:
         if not payload.id:
             headers = payload.parameters.headers if payload.parameters is not None else None
-            payload.id = (headers or {}).get("x-request-id") or None
+            payload.id = header_request_id(headers or {})
         with self.named(name, version) as resolved:
             # Names and versions that are not served end here, before MLServer makes metric labels of them.
             await self._inner._model_registry.get_model(resolved, version)
@@ -241,15 +249,16 @@ def _validation_message(exc: RequestValidationError, path: str) -> str:
 
 
 class JSONBodies:
-    """Read every POST body as JSON whatever its Content-Type (`curl -d` labels it form data, and the engine's
-    POST routes take nothing but JSON), and an empty body as `{}` where no body is needed, as tritonclient sends a
+    """Read every POST body but the root /infer's as JSON whatever its Content-Type (`curl -d` labels it form data,
+    and those routes take nothing but JSON), and an empty body as `{}` where no body is needed, as tritonclient sends a
     repository index."""
 
     def __init__(self, app):
         self.app = app
 
     async def __call__(self, scope, receive, send):
-        if scope["type"] != "http" or scope["method"] != "POST":
+        if scope["type"] != "http" or scope["method"] != "POST" or scope["path"].rstrip("/") == "/infer":
+            # The root /infer reads its own body: it may be an image file or JSONL as well as JSON.
             return await self.app(scope, receive, send)
         headers = [(k, v) for k, v in scope["headers"] if k != b"content-type"]
         scope = {**scope, "headers": [*headers, (b"content-type", b"application/json")]}
@@ -325,15 +334,71 @@ def install_chariot_routes(app: FastAPI, data_plane: ChariotDataPlane, *, max_re
     for path in ("/v2/models/{model_name}/infer/", "/v2/models/{model_name}/versions/{model_version}/infer/"):
         app.add_api_route(path, endpoints.infer, methods=["POST"], **lean)
 
-    async def infer(raw_request: Request, raw_response: Response, payload: InferenceRequest) -> InferenceResponse:
-        return await endpoints.infer(raw_request, raw_response, payload, data_plane.model_name)
+    protocol = chariot_v2.protocol_from_env()
+    limits = engine_limits()
+
+    async def infer(raw_request: Request, raw_response: Response) -> Response:
+        """chariot-v2-kserve or chariot-v2, as CHARIOT_INFERENCE_PROTOCOL pins it or the request shows it."""
+        body = await raw_request.body()
+        content_type = raw_request.headers.get("content-type")
+        form = None
+        try:
+            chosen, decoded = chariot_v2.choose(protocol, content_type, body)
+            if chosen is chariot_v2.Protocol.KSERVE:
+                return await _infer_kserve(raw_request, raw_response, body, decoded)
+            form = chariot_v2.form_of(content_type, body, decoded)
+            model = await find_model(data_plane, data_plane.model_name, None)
+            task = import_model_class(model.settings.parameters.extra["model_class"]).task_type
+            request = chariot_v2.parse(
+                body, content_type, raw_request.headers.get(chariot_v2.PARAMETERS_HEADER), task, limits, decoded=decoded
+            )
+            request_id = header_request_id(raw_request.headers) or uuid.uuid4().hex
+            note_request_id(request_id)
+            results, _ = await predict_images(model, request.parsed, request_id, explain=False)
+        except MLServerError as error:
+            error = unwrap_worker_error(error)
+            message = chariot_v2.reword(str(error), form) if form is not None else str(error)
+            return _error(error.status_code, message)
+        content, media_type = chariot_v2.render(results, form)
+        return Response(content, media_type=media_type, headers={"x-request-id": request_id})
+
+    async def _infer_kserve(raw_request: Request, raw_response: Response, body: bytes, decoded) -> Response:
+        try:
+            if decoded is not None:
+                payload = InferenceRequest.model_validate(decoded)
+            else:
+                payload = InferenceRequest.model_validate_json(body)
+        except ValidationError as exc:
+            raise RequestValidationError(exc.errors()) from None
+        answer = await endpoints.infer(raw_request, raw_response, payload, data_plane.model_name)
+        response = Response(
+            answer.model_dump_json(exclude_unset=True, exclude_none=True), media_type="application/json"
+        )
+        for key, value in raw_response.headers.items():
+            if key not in ("content-length", "content-type"):
+                response.headers[key] = value
+        return response
 
     async def ready() -> JSONResponse:
         if await data_plane.ready():
             return JSONResponse({"status": "ready"})
         return _error(503, "the model is not loaded, or is stuck in a predict that overran CHARIOT_PREDICT_TIMEOUT")
 
-    app.add_api_route("/infer", infer, methods=["POST"], **lean)
+    # KServe's clients read the health answers' bodies; MLServer's are empty.
+    async def health_live() -> JSONResponse:
+        live = await data_plane.live()
+        return JSONResponse({"live": live}, status_code=200 if live else 400)
+
+    async def health_ready() -> JSONResponse:
+        ready = await data_plane.ready()
+        return JSONResponse({"ready": ready}, status_code=200 if ready else 400)
+
+    app.router.routes[:] = [
+        r for r in app.router.routes if getattr(r, "path", None) not in ("/v2/health/live", "/v2/health/ready")
+    ]
+    app.add_api_route("/v2/health/live", health_live, methods=["GET"])
+    app.add_api_route("/v2/health/ready", health_ready, methods=["GET"])
+    app.add_api_route("/infer", infer, methods=["POST"])
     app.add_api_route("/ready", ready, methods=["GET"])
 
     async def on_validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:

@@ -1,5 +1,5 @@
 """ASGI middlewares that hold the REST server against heavy and hostile requests: a body too dense or too deep to
-parse is refused before any JSON parser sees it, ambiguous framing is refused, and error bodies stay short."""
+parse is refused before any JSON parser sees it, ambiguous framing is refused, and error bodies stay short; and the HTTP protocol that closes idle connections."""
 
 from __future__ import annotations
 
@@ -7,6 +7,9 @@ import asyncio
 import json
 
 import numpy as np
+from uvicorn.protocols.http.auto import AutoHTTPProtocol
+
+from .admission import guards
 
 _BRACKETS = np.zeros(256, np.int8)
 _BRACKETS[[ord("["), ord("{")]] = 1
@@ -154,21 +157,17 @@ class ShortErrors:
         return body
 
 
-def idle_limited_protocol(max_connections: int):
+class IdleLimitedProtocol(AutoHTTPProtocol):  # h11, or httptools when installed
     """uvicorn's HTTP protocol, except that a connection that sends nothing is closed after the keep-alive time
-    (uvicorn times out only connections that already had a request), and one past `max_connections` is closed at
-    once: idle sockets cannot use up the process's file descriptors. Uses uvicorn's protocol internals
-    (`connections`, `timeout_keep_alive_task`); tests/support/test_hostile_connections.py says when they change."""
-    from uvicorn.protocols.http.auto import AutoHTTPProtocol
+    (uvicorn times out only connections that already had a request), and one past CHARIOT_MAX_CONNECTIONS is
+    closed at once: idle sockets cannot use up the process's file descriptors. A class of the module, not of a
+    function, because MLServer pickles its settings, this included, to start parallel workers. Uses uvicorn's
+    protocol internals (`connections`, `timeout_keep_alive_task`); tests/support/test_hostile_connections.py says
+    when they change."""
 
-    class IdleLimitedProtocol(AutoHTTPProtocol):  # h11, or httptools when installed
-        def connection_made(self, transport) -> None:
-            super().connection_made(transport)
-            if len(self.connections) > max_connections:
-                transport.close()
-                return
-            self.timeout_keep_alive_task = self.loop.call_later(
-                self.timeout_keep_alive, self.timeout_keep_alive_handler
-            )
-
-    return IdleLimitedProtocol
+    def connection_made(self, transport) -> None:
+        super().connection_made(transport)
+        if len(self.connections) > guards().max_connections:
+            transport.close()
+            return
+        self.timeout_keep_alive_task = self.loop.call_later(self.timeout_keep_alive, self.timeout_keep_alive_handler)

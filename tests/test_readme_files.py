@@ -1,0 +1,27 @@
+"""The files the template README's own commands write land where git ignores them, so trying the README leaves
+the checkout clean."""
+
+import re
+import subprocess
+
+from template_paths import TEMPLATE_ROOT
+
+README = TEMPLATE_ROOT / "README.md"
+# Files the commands in the README write: cv2.imwrite('<file>', ...) and the client's --draw <file>.
+WRITES = re.compile(r"imwrite\('([^']+)'|--draw (\S+)")
+
+
+def written_files() -> list[str]:
+    blocks = re.findall(r"```bash\n(.*?)```", README.read_text(), re.DOTALL)
+    return [a or b for block in blocks for a, b in WRITES.findall(block)]
+
+
+def test_the_readme_writes_red_png_and_found_png():
+    names = [name.rsplit("/", 1)[-1] for name in written_files()]
+    assert "red.png" in names and "found.png" in names
+
+
+def test_every_file_the_readme_writes_is_ignored_by_git():
+    for name in written_files():
+        result = subprocess.run(["git", "check-ignore", "-q", "--no-index", name], cwd=TEMPLATE_ROOT)
+        assert result.returncode == 0, f"{name}, written by a README command, would show as an untracked file"

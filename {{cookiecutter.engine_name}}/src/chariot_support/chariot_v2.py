@@ -1,0 +1,231 @@
+"""Chariot's `chariot-v2` protocol at `/infer`: one image per JSON object (`{"input": "<base64>", "parameters": {}}`),
+one object per line in JSONL, or the image file itself as the body with its parameters in a header. Read into the
+same parsed request as chariot-v2-kserve, answered `{"output": [<results>]}` by the same predict."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import os
+import re
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from mlserver.types import InferenceRequest, Parameters, RequestInput
+
+from .decoding import _IMAGE_MAGIC as IMAGE_MAGIC
+from .decoding import DEFAULT_LIMITS, Limits, ParsedRequest, parse_request, refuse_data_url
+from .errors import BadRequest
+from .tasks import TaskType
+
+PARAMETERS_HEADER = "chariot-inference-parameters"
+PROTOCOL_VARIABLE = "CHARIOT_INFERENCE_PROTOCOL"
+JSON_TYPES = ("application/json", "text/json")
+JSONL_TYPES = ("application/jsonl", "application/x-ndjson", "application/ndjson", "application/json-lines")
+# Keys MLServer's Parameters reads as its own fields: as image parameters they would turn an image into text.
+_RESERVED = ("content_type", "headers")
+_KEYS = ("input", "parameters")
+
+
+class Protocol(StrEnum):
+    """What `/infer` speaks. AUTO tells the two apart by the request itself."""
+
+    AUTO = "auto"
+    KSERVE = "chariot-v2-kserve"
+    CHARIOT_V2 = "chariot-v2"
+
+
+class Form(StrEnum):
+    """The three shapes of a chariot-v2 request, each answered in its own shape."""
+
+    JSON = "json"
+    JSONL = "jsonl"
+    FILE = "file"
+
+
+def protocol_from_env() -> Protocol:
+    value = os.environ.get(PROTOCOL_VARIABLE, "").strip().lower() or Protocol.AUTO.value
+    try:
+        return Protocol(value)
+    except ValueError:
+        allowed = ", ".join(p.value for p in Protocol)
+        raise ValueError(f"environment variable {PROTOCOL_VARIABLE} must be one of {allowed}, got {value!r}") from None
+
+
+def media_type(content_type: str | None) -> str:
+    return (content_type or "").split(";", 1)[0].strip().lower()
+
+
+@dataclass(frozen=True)
+class ChariotV2Request:
+    form: Form
+    parsed: ParsedRequest
+
+
+def choose(protocol: Protocol, content_type: str | None, body: bytes) -> tuple[Protocol, Any]:
+    """Which protocol answers this `/infer` request, and the JSON body when it is already read (else None).
+
+    Pinned, the setting decides. Otherwise JSONL, and image files under any label, are chariot-v2; a JSON object with
+    'input' (and no 'inputs') is chariot-v2, and every other JSON body chariot-v2-kserve, the default, whose checks
+    say what is wrong with it. A body that starts with '{' is read as JSON whatever its label, as `curl -d` labels
+    JSON as form data."""
+    kind = media_type(content_type)
+    if protocol is Protocol.KSERVE:
+        if not body.strip():
+            raise BadRequest(_empty_message(protocol))
+        return Protocol.KSERVE, None
+    if protocol is Protocol.CHARIOT_V2 or kind in JSONL_TYPES:
+        return Protocol.CHARIOT_V2, None
+    looks_json = body.lstrip()[:1] in (b"{", b"[")
+    # No type, or curl -d's form type, on a body that is no image file: a JSON body, probably a broken one.
+    unlabelled = kind in ("", "application/x-www-form-urlencoded") and not body.startswith(IMAGE_MAGIC)
+    if kind in JSON_TYPES or looks_json or unlabelled:
+        if not body.strip():
+            raise BadRequest(_empty_message(protocol))
+        try:
+            value = json.loads(body)
+        except (ValueError, UnicodeDecodeError):
+            return Protocol.KSERVE, None  # chariot-v2-kserve, the default, says what is wrong with it
+        if isinstance(value, dict) and "input" in value and "inputs" not in value:
+            return Protocol.CHARIOT_V2, value
+        return Protocol.KSERVE, value
+    return Protocol.CHARIOT_V2, None
+
+
+def _empty_message(protocol: Protocol) -> str:
+    if protocol is Protocol.KSERVE:
+        return "the request body is empty: send a JSON object with an 'inputs' list"
+    return (
+        "the request body is empty: send the image file itself, a JSON object"
+        ' {"input": "<base64 of the image>", "parameters": {...}}, or JSONL with one such object per line'
+    )
+
+
+def read_json(raw: bytes, where: str) -> Any:
+    try:
+        return json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise BadRequest(f"{where} is not valid JSON: {exc}") from None
+
+
+def form_of(content_type: str | None, body: bytes, decoded: Any = None) -> Form:
+    kind = media_type(content_type)
+    if kind in JSONL_TYPES:
+        return Form.JSONL
+    if decoded is not None or kind in JSON_TYPES or body.lstrip()[:1] in (b"{", b"["):
+        return Form.JSON
+    return Form.FILE
+
+
+def parse(
+    body: bytes,
+    content_type: str | None,
+    parameters_header: str | None,
+    task: TaskType,
+    limits: Limits = DEFAULT_LIMITS,
+    *,
+    decoded: Any = None,
+) -> ChariotV2Request:
+    """Read a chariot-v2 request into the parsed form the runtime predicts from; `decoded` is the JSON body when
+    the caller has already read it. Every rejection names the line, field or header at fault."""
+    form = form_of(content_type, body, decoded)
+    if form is Form.JSONL:
+        lines = [(n, line) for n, line in enumerate(body.splitlines(), 1) if line.strip()]
+        if not lines:
+            raise BadRequest(_empty_message(Protocol.CHARIOT_V2))
+        if len(lines) > limits.max_inputs:
+            raise BadRequest(
+                f"the request has {len(lines)} lines; this engine takes at most {limits.max_inputs} images per request"
+            )
+        inputs = [_json_input(read_json(line, f"line {n}"), f"line {n}", f"line-{n}") for n, line in lines]
+        return ChariotV2Request(Form.JSONL, _parsed(inputs, task, limits))
+    if form is Form.JSON:
+        value = decoded if decoded is not None else read_json(body, "the request body")
+        return ChariotV2Request(Form.JSON, _parsed([_json_input(value, "the request body", "input")], task, limits))
+    if not body:
+        raise BadRequest(_empty_message(Protocol.CHARIOT_V2))
+    image = base64.b64encode(body).decode("ascii")
+    settings = _header_parameters(parameters_header)
+    return ChariotV2Request(Form.FILE, _parsed([("body", image, settings)], task, limits))
+
+
+def _json_input(value: Any, where: str, name: str) -> tuple[str, str, dict]:
+    if not isinstance(value, dict):
+        raise BadRequest(f'{where} must be a JSON object {{"input": "<base64>", ...}}, got {type(value).__name__}')
+    unknown = sorted(set(value) - set(_KEYS))
+    if unknown:
+        raise BadRequest(f"{where} has an unknown key {unknown[0]!r}; chariot-v2 takes 'input' and 'parameters'")
+    if "input" not in value:
+        raise BadRequest(f"{where} has no 'input': send the image file as base64 in 'input'")
+    image = value["input"]
+    if not isinstance(image, str):
+        raise BadRequest(f"{where}: 'input' must be a base64 string of the image file, got {type(image).__name__}")
+    check_base64(image, f"{where}: 'input'")
+    parameters = value.get("parameters", {})
+    if parameters is None:
+        parameters = {}
+    if not isinstance(parameters, dict):
+        raise BadRequest(f"{where}: 'parameters' must be a JSON object, got {type(parameters).__name__}")
+    return name, image, _settings(parameters, f"{where}: 'parameters'")
+
+
+def check_base64(text: str, where: str) -> None:
+    refuse_data_url(text, where)
+    try:
+        raw = base64.b64decode("".join(text.split()), validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise BadRequest(f"{where} is not valid base64 ({exc}); send the image file as standard base64") from None
+    if not raw:
+        raise BadRequest(f"{where} is empty; send the image file as base64")
+
+
+def _header_parameters(value: str | None) -> dict:
+    if value is None or not value.strip():
+        return {}
+    where = f"the {PARAMETERS_HEADER} header"
+    parameters = read_json(value.encode("utf-8", "surrogateescape"), where)
+    if not isinstance(parameters, dict):
+        raise BadRequest(
+            f'{where} must be a JSON object such as {{"action": "detect", "score_threshold": 0.5}},'
+            f" got {type(parameters).__name__}"
+        )
+    return _settings(parameters, where)
+
+
+def _settings(values: dict, where: str) -> dict:
+    reserved = [k for k in _RESERVED if k in values]
+    if reserved:
+        raise BadRequest(f"{where}: {reserved[0]!r} is not a setting this engine takes")
+    return values
+
+
+def _parsed(inputs: list[tuple[str, str, dict]], task: TaskType, limits: Limits) -> ParsedRequest:
+    """Each image becomes one chariot-v2-kserve image input, so its settings follow the same rules word for word."""
+    request = InferenceRequest(
+        inputs=[
+            RequestInput(
+                name=name, shape=[1], datatype="BYTES", data=[image], parameters=Parameters(**own) if own else None
+            )
+            for name, image, own in inputs
+        ]
+    )
+    return parse_request(request, task, limits)
+
+
+def reword(message: str, form: Form) -> str:
+    """A shared check's message in chariot-v2's words: its images are lines, the body or 'input', not tensors."""
+    if form is Form.FILE:
+        message = message.replace("input 'body'", "the request body").replace(": data[0] ", ": the image ")
+        return message.replace(" in parameters", f" in the {PARAMETERS_HEADER} header")
+    message = re.sub(r"input 'line-(\d+)'", r"line \1", message.replace("input 'input'", "the request body"))
+    return message.replace(": data[0] ", ": 'input' ")
+
+
+def render(results: list[list[dict]], form: Form) -> tuple[bytes, str]:
+    """The body and its media type: `{"output": [...]}` per image, as JSONL lines when the request was JSONL."""
+    if form is Form.JSONL:
+        lines = [json.dumps({"output": r}, allow_nan=False) for r in results]
+        return ("\n".join(lines) + "\n").encode(), "application/jsonl"
+    return json.dumps({"output": results[0]}, allow_nan=False).encode(), "application/json"

@@ -1,0 +1,205 @@
+"""The worked examples every engine carries in examples/model.py are real code: each loads a tiny model built here
+(ONNX graphs whose answers follow from the picture, a randomly initialised BLIP) and answers what that model
+implies; one runs in a baked engine whose own suite stays green."""
+
+import importlib.util
+import math
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import cv2
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from baking import bake
+from chariot_support.testing import answer, as_image
+from template_paths import ENGINE_TEMPLATE
+
+SIDE = 32  # the input size the tiny models are exported for
+LABELS = ["red", "green", "blue"]
+
+
+def example(task: str):
+    path = ENGINE_TEMPLATE / "_tasks" / task / "example_model.py"
+    spec = importlib.util.spec_from_file_location(f"example_{task}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.Model
+
+
+def constant(name: str, values, dtype=TensorProto.FLOAT):
+    array = np.asarray(values)
+    return helper.make_node("Constant", [], [name], value=helper.make_tensor(name, dtype, array.shape, array.flatten()))
+
+
+def channel_mean(channel: int, out: str) -> list:
+    """Nodes computing one colour channel's mean per picture (shape N), from the input `pixels`."""
+    return [
+        constant(f"index{channel}", [channel], TensorProto.INT64),
+        helper.make_node("Gather", ["pixels", f"index{channel}"], [f"plane{channel}"], axis=1),
+        helper.make_node("ReduceMean", [f"plane{channel}"], [out], axes=[1, 2, 3], keepdims=0),
+    ]
+
+
+def save(nodes: list, outputs: list, folder: Path) -> Path:
+    pixels = helper.make_tensor_value_info("pixels", TensorProto.FLOAT, ["N", 3, SIDE, SIDE])
+    graph = helper.make_graph(nodes, "tiny", [pixels], outputs)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    onnx.save(model, str(folder / "model.onnx"))
+    (folder / "labels.txt").write_text("\n".join(LABELS) + "\n")
+    return folder
+
+
+def output(name: str, dtype, shape):
+    return helper.make_tensor_value_info(name, dtype, shape)
+
+
+def loaded(task: str, folder: Path):
+    model = example(task)()
+    model.load(folder)
+    return model
+
+
+def picture(width: int, height: int, colour, box=None) -> np.ndarray:
+    pixels = np.zeros((height, width, 3), np.uint8)
+    x0, y0, x1, y1 = box or (0, 0, width, height)
+    pixels[y0:y1, x0:x1] = colour
+    return pixels
+
+
+def test_classification_scores_every_label_by_the_models_logits(tmp_path):
+    # The logits are the mean of each colour channel: a mostly red picture is "red".
+    nodes = [helper.make_node("ReduceMean", ["pixels"], ["logits"], axes=[2, 3], keepdims=0)]
+    model = loaded("image_classification", save(nodes, [output("logits", TensorProto.FLOAT, ["N", 3])], tmp_path))
+    pixels = picture(64, 48, (255, 0, 0), (0, 0, 48, 48))
+    results = answer(model, as_image(pixels, action="predict_proba"))
+    means = cv2.resize(pixels, (SIDE, SIDE)).reshape(-1, 3).mean(axis=0) / 255
+    expected = np.exp(means) / np.exp(means).sum()
+    assert results[0].label == "red", "best first"
+    assert {r.label: r.score for r in results} == pytest.approx(dict(zip(LABELS, expected, strict=True)), abs=1e-5)
+    two = model.predict([as_image(pixels), as_image(picture(20, 20, (0, 0, 255)))], {})
+    assert [max(r, key=lambda c: c.score).label for r in two] == ["red", "blue"], "a batch of pictures"
+
+
+def test_detection_scales_the_models_boxes_back_to_the_picture(tmp_path):
+    # One box at (4, 8)-(12, 16) in the model's 32x32 input, scored by the picture's redness, class 0.
+    nodes = [
+        constant("boxes", [[4.0, 8.0, 12.0, 16.0]]),
+        *channel_mean(0, "scores"),
+        constant("classes", [0], TensorProto.INT64),
+    ]
+    outputs = [
+        output("boxes", TensorProto.FLOAT, [1, 4]),
+        output("scores", TensorProto.FLOAT, [1]),
+        output("classes", TensorProto.INT64, [1]),
+    ]
+    model = loaded("object_detection", save(nodes, outputs, tmp_path))
+    (box,) = answer(model, as_image(picture(64, 48, (255, 0, 0), (0, 0, 32, 48))))
+    assert box.label == "red" and box.score == pytest.approx(0.5, abs=0.02)
+    assert (box.xmin, box.ymin, box.xmax, box.ymax) == pytest.approx((8, 12, 24, 24))
+
+
+def test_oriented_detection_gives_the_models_box_normalised(tmp_path):
+    nodes = [
+        constant("boxes", [[16.0, 16.0, 8.0, 4.0, 0.3]]),
+        *channel_mean(1, "scores"),
+        constant("classes", [1], TensorProto.INT64),
+    ]
+    outputs = [
+        output("boxes", TensorProto.FLOAT, [1, 5]),
+        output("scores", TensorProto.FLOAT, [1]),
+        output("classes", TensorProto.INT64, [1]),
+    ]
+    model = loaded("oriented_object_detection", save(nodes, outputs, tmp_path))
+    (box,) = answer(model, as_image(picture(96, 96, (0, 255, 0))))
+    assert box.label == "green" and box.score == pytest.approx(1.0)
+    assert (box.cx, box.cy, box.w, box.h, box.r) == pytest.approx((0.5, 0.5, 0.25, 0.125, 0.3))
+    assert abs(box.r) <= math.pi / 4
+
+
+def test_segmentation_outlines_where_the_model_puts_a_class(tmp_path):
+    # Class 1 ("green" in labels.txt order) wherever the red channel beats the background's constant 0.5.
+    nodes = [
+        *channel_mean(0, "unused"),
+        constant("zero", [0.0]),
+        constant("half", [0.5]),
+        helper.make_node("Mul", ["plane0", "zero"], ["nothing"]),
+        helper.make_node("Add", ["nothing", "half"], ["background"]),
+        helper.make_node("Concat", ["background", "plane0"], ["logits"], axis=1),
+    ]
+    model = loaded(
+        "image_segmentation",
+        save(nodes, [output("logits", TensorProto.FLOAT, ["N", 2, SIDE, SIDE])], tmp_path),
+    )
+    (region,) = answer(model, as_image(picture(64, 64, (255, 0, 0), (16, 16, 48, 48))))
+    assert region.label == "green"
+    assert region.score == pytest.approx(math.exp(1) / (math.exp(1) + math.exp(0.5)), abs=1e-4)
+    (outline,) = region.contour
+    xs, ys = [p["x"] for p in outline], [p["y"] for p in outline]
+    assert (min(xs), min(ys), max(xs), max(ys)) == (16, 16, 47, 47)
+    assert answer(model, as_image(picture(64, 64, (0, 0, 255)))) == [], "nothing red, no region"
+
+
+def test_the_transformers_example_answers_each_prompt(tmp_path):
+    from transformers import BertTokenizer, BlipConfig, BlipForQuestionAnswering, BlipImageProcessor, BlipProcessor
+
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "red", "picture", "what", "is", "in", "the", "?"]
+    (tmp_path / "vocab.txt").write_text("\n".join(vocab) + "\n")
+    tokens = {"bos_token_id": 2, "sep_token_id": 3, "pad_token_id": 0}
+    tiny = {"hidden_size": 16, "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 32}
+    config = BlipConfig(
+        text_config={"vocab_size": len(vocab), "max_position_embeddings": 64, **tiny, **tokens},
+        vision_config={"image_size": SIDE, "patch_size": 16, **tiny},
+        projection_dim=16,
+    )
+    BlipForQuestionAnswering(config).save_pretrained(tmp_path)
+    processor = BlipProcessor(
+        image_processor=BlipImageProcessor(size={"height": SIDE, "width": SIDE}),
+        tokenizer=BertTokenizer(str(tmp_path / "vocab.txt")),
+    )
+    processor.save_pretrained(tmp_path)
+    model = loaded("image_text_to_text", tmp_path)
+    prompts = ["what is in the picture?", "is it red?"]
+    answers = answer(model, as_image(picture(60, 40, (255, 0, 0)), prompts=prompts))
+    assert [a.prompt for a in answers] == prompts
+    for reply in answers:
+        assert reply.answer and set(reply.answer.replace("?", " ? ").split()) <= set(vocab), reply.answer
+
+
+def test_an_example_serves_in_a_baked_engine_whose_suite_stays_green(tmp_path):
+    root = bake("Object Detection", tmp_path)
+    package = root.name.replace("-", "_")
+    assert (root / "examples" / "model.py").read_text() == (
+        ENGINE_TEMPLATE / "_tasks" / "object_detection" / "example_model.py"
+    ).read_text(), "the engine carries its task's example"
+    shutil.copy(root / "examples" / "model.py", root / "src" / package / "model.py")
+    folder = tmp_path / "model"
+    folder.mkdir()
+    nodes = [
+        constant("boxes", [[4.0, 8.0, 12.0, 16.0]]),
+        *channel_mean(0, "scores"),
+        constant("classes", [0], TensorProto.INT64),
+    ]
+    outputs = [
+        output("boxes", TensorProto.FLOAT, [1, 4]),
+        output("scores", TensorProto.FLOAT, [1]),
+        output("classes", TensorProto.INT64, [1]),
+    ]
+    save(nodes, outputs, folder)
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--ignore=tests/test_task.py"],
+        cwd=root,
+        env={**os.environ, "MODEL_DIR": str(folder)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-2000:]
+    assert "failed" not in result.stdout and " passed" in result.stdout

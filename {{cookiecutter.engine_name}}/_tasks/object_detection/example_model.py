@@ -1,0 +1,47 @@
+"""A worked example: a complete model.py for an ONNX model exported from your training framework. Copy it over
+src/<package>/model.py and adapt the lines marked `# adapt`.
+
+The model folder (MODEL_DIR) holds `model.onnx` and the class labels (`labels.txt`, one per line, or
+`chariot_model_config.json` with `class_labels`). The model takes a 1 x 3 x H x W float RGB batch scaled to 0..1
+and returns `boxes` (N x 4: x0 y0 x1 y1 in input pixels), `scores` (N) and `classes` (N).
+Add `onnxruntime==1.32.0` (or onnxruntime-gpu) with `python -m chariot_support.deps add`.
+"""
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import cv2
+import numpy as np
+import onnxruntime
+
+from chariot_support import ChariotModel, Detection, Image, TaskType, read_labels
+
+
+class Model(ChariotModel):
+    task_type = TaskType.OBJECT_DETECTION
+    thread_safe = True  # an ONNX Runtime session may run several requests at once
+
+    def load(self, model_dir: Path) -> None:
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads = self.threads  # this predict's share of the cores
+        available = onnxruntime.get_available_providers()
+        providers = [p for p in ("CUDAExecutionProvider", "CPUExecutionProvider") if p in available]
+        self.session = onnxruntime.InferenceSession(str(model_dir / "model.onnx"), options, providers=providers)
+        self.labels = read_labels(model_dir)
+        model_input = self.session.get_inputs()[0]
+        self.input_name = model_input.name
+        self.height, self.width = model_input.shape[2:]  # the size the model was exported for
+
+    def predict(self, images: Sequence[Image], tensors: Mapping[str, np.ndarray]) -> list[list[Detection]]:
+        return [self.detect(image) for image in images]
+
+    def detect(self, image: Image) -> list[Detection]:
+        batch = cv2.resize(image.pixels, (self.width, self.height)).transpose(2, 0, 1)[np.newaxis]
+        inputs = {self.input_name: batch.astype(np.float32) / 255}
+        boxes, scores, classes = self.session.run(None, inputs)  # adapt: your model's outputs
+        sx, sy = image.width / self.width, image.height / self.height  # back to the caller's pixels
+        # Every box with its score: the engine drops those under the request's score_threshold.
+        return [
+            Detection(label=self.labels[int(c)], score=float(s), xmin=x0 * sx, ymin=y0 * sy, xmax=x1 * sx, ymax=y1 * sy)
+            for (x0, y0, x1, y1), s, c in zip(boxes.tolist(), scores.tolist(), classes.tolist(), strict=True)
+        ]

@@ -11,8 +11,8 @@ import time
 from pathlib import Path
 
 import cv2
-
 from baseline.runtime import decode
+
 from chariot_support.demo import ColourFinder
 
 # One OpenCV thread: the floor is the least CPU the work can take; a pool of helper threads only adds spinning.

@@ -22,7 +22,9 @@ def grpc_request(body: dict, model: str) -> bytes:
     """The REST body as a serialised gRPC ModelInferRequest: BYTES inputs carry the same base64 text."""
     inputs = [
         pb.ModelInferRequest.InferInputTensor(
-            name=i["name"], datatype="BYTES", shape=i["shape"],
+            name=i["name"],
+            datatype="BYTES",
+            shape=i["shape"],
             contents=pb.InferTensorContents(bytes_contents=[d.encode() for d in i["data"]]),
         )
         for i in body["inputs"]
@@ -96,8 +98,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--count", type=int, required=True)
     parser.add_argument("--duration", type=float, required=True)
-    parser.add_argument("--warmup", type=int, default=0, help="requests before measuring; then print 'warm' and "
-                        "wait for a line on stdin")
+    parser.add_argument(
+        "--warmup",
+        type=int,
+        default=0,
+        help="requests before measuring; then print 'warm' and wait for a line on stdin",
+    )
     args = parser.parse_args(argv)
     body = args.body.read_bytes()
     if args.protocol == "rest":

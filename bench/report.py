@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import csv
 import statistics
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Mapping
 
 # metric -> (column heading, unit, target for engine/baseline, whether higher is better)
 METRICS: dict[str, tuple[str, str, float | None, bool]] = {
@@ -94,15 +94,27 @@ def _cells(row: Row) -> list[str]:
         floor = f"{_fmt(row.floor)} (x{row.floor_ratio:.2f})"
     met = {None: "", True: "yes", False: "NO"}[row.met]
     return [
-        row.scenario, f"{heading} ({unit})",
+        row.scenario,
+        f"{heading} ({unit})",
         f"{_fmt(engine_median)} [{_fmt(engine_min)}-{_fmt(engine_max)}]",
         f"{_fmt(baseline_median)} [{_fmt(baseline_min)}-{_fmt(baseline_max)}]",
-        f"{row.ratio:.2f}", row.target, met, floor,
+        f"{row.ratio:.2f}",
+        row.target,
+        met,
+        floor,
     ]
 
 
-HEADINGS = ["scenario", "metric", "engine median [min-max]", "baseline median [min-max]", "engine/baseline",
-            "target", "met", "in-process floor (engine/floor)"]
+HEADINGS = [
+    "scenario",
+    "metric",
+    "engine median [min-max]",
+    "baseline median [min-max]",
+    "engine/baseline",
+    "target",
+    "met",
+    "in-process floor (engine/floor)",
+]
 
 
 def table(rows: list[Row]) -> str:
@@ -111,7 +123,7 @@ def table(rows: list[Row]) -> str:
     widths = [max(len(line[i]) for line in lines) for i in range(len(HEADINGS))]
     out = []
     for index, line in enumerate(lines):
-        out.append("| " + " | ".join(cell.ljust(width) for cell, width in zip(line, widths)) + " |")
+        out.append("| " + " | ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)) + " |")
         if index == 0:
             out.append("|" + "|".join("-" * (width + 2) for width in widths) + "|")
     return "\n".join(out)
@@ -120,13 +132,40 @@ def table(rows: list[Row]) -> str:
 def write_csv(rows: list[Row], path: Path) -> None:
     with open(path, "w", newline="") as handle:
         writer = csv.writer(handle)
-        writer.writerow(["scenario", "metric", "unit", "engine_median", "engine_min", "engine_max", "baseline_median",
-                         "baseline_min", "baseline_max", "ratio", "target", "met", "floor", "engine_over_floor"])
+        writer.writerow(
+            [
+                "scenario",
+                "metric",
+                "unit",
+                "engine_median",
+                "engine_min",
+                "engine_max",
+                "baseline_median",
+                "baseline_min",
+                "baseline_max",
+                "ratio",
+                "target",
+                "met",
+                "floor",
+                "engine_over_floor",
+            ]
+        )
         for r in rows:
             _, unit, _, _ = METRICS[r.metric]
-            writer.writerow([r.scenario, r.metric, unit, *r.engine, *r.baseline, round(r.ratio, 4), r.target,
-                             "" if r.met is None else r.met, "" if r.floor is None else r.floor,
-                             "" if r.floor_ratio is None else round(r.floor_ratio, 4)])
+            writer.writerow(
+                [
+                    r.scenario,
+                    r.metric,
+                    unit,
+                    *r.engine,
+                    *r.baseline,
+                    round(r.ratio, 4),
+                    r.target,
+                    "" if r.met is None else r.met,
+                    "" if r.floor is None else r.floor,
+                    "" if r.floor_ratio is None else round(r.floor_ratio, 4),
+                ]
+            )
 
 
 def write_chart(rows: list[Row], path: Path, title: str) -> None:
@@ -137,8 +176,9 @@ def write_chart(rows: list[Row], path: Path, title: str) -> None:
     import matplotlib.pyplot as plt
 
     shown = ("rps", "p99_ms", "cpu_ms")
-    scenarios = [s for s in dict.fromkeys(r.scenario for r in rows) if any(r.scenario == s for r in rows
-                                                                           if r.metric in shown)]
+    scenarios = [
+        s for s in dict.fromkeys(r.scenario for r in rows) if any(r.scenario == s for r in rows if r.metric in shown)
+    ]
     ratios = {(r.scenario, r.metric): r.ratio for r in rows}
     figure, axes = plt.subplots(figsize=(10, 4.5))
     width = 0.8 / len(shown)

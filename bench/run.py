@@ -55,12 +55,15 @@ SCENARIOS = (
 
 
 def body_of(scenario: Scenario) -> dict:
-    inputs = [{"name": f"image-{i}", "shape": [1], "datatype": "BYTES", "data": [b64(image(kind, seed=i))]}
-              for i, kind in enumerate(scenario.images)]
+    inputs = [
+        {"name": f"image-{i}", "shape": [1], "datatype": "BYTES", "data": [b64(image(kind, seed=i))]}
+        for i, kind in enumerate(scenario.images)
+    ]
     return {"inputs": inputs}
 
 
 # --- the servers, started on free loopback ports and stopped by PID -------------------------------------------
+
 
 def free_port() -> int:
     import socket
@@ -74,8 +77,13 @@ class Server:
     def __init__(self, kind: str, task: str, engine_src: Path, log_dir: Path, profile: Path | None = None):
         self.kind, self.task = kind, task
         self.http, self.grpc, metrics = free_port(), free_port(), free_port()
-        env = {**os.environ, "MLSERVER_HOST": "127.0.0.1", "MLSERVER_HTTP_PORT": str(self.http),
-               "MLSERVER_GRPC_PORT": str(self.grpc), "MLSERVER_METRICS_PORT": str(metrics)}
+        env = {
+            **os.environ,
+            "MLSERVER_HOST": "127.0.0.1",
+            "MLSERVER_HTTP_PORT": str(self.http),
+            "MLSERVER_GRPC_PORT": str(self.grpc),
+            "MLSERVER_METRICS_PORT": str(metrics),
+        }
         if kind == "engine":
             env["PYTHONPATH"] = str(engine_src / task)
             command = [sys.executable, "-m", "chariot_engine"]
@@ -160,10 +168,25 @@ class Server:
 
 # --- one measured run ----------------------------------------------------------------------------------------
 
+
 def measure(server: Server, scenario: Scenario, body_path: Path, count: int, duration: float) -> dict:
     target = server.infer_url if scenario.protocol == "rest" else f"127.0.0.1:{server.grpc}"
-    command = [sys.executable, str(BENCH / "load.py"), "--protocol", scenario.protocol, "--target", target,
-               "--body", str(body_path), "--count", str(count), "--duration", str(duration), "--warmup", "16"]
+    command = [
+        sys.executable,
+        str(BENCH / "load.py"),
+        "--protocol",
+        scenario.protocol,
+        "--target",
+        target,
+        "--body",
+        str(body_path),
+        "--count",
+        str(count),
+        "--duration",
+        str(duration),
+        "--warmup",
+        "16",
+    ]
     client = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     if client.stdout.readline().strip() != "warm":
         client.kill()
@@ -176,12 +199,15 @@ def measure(server: Server, scenario: Scenario, body_path: Path, count: int, dur
     cpu = server.cpu_seconds() - cpu
     result = json.loads(out)
     if result["errors"] or client.returncode:
-        raise RuntimeError(f"{server.kind} failed {len(result['errors'])} requests in {scenario.name}: "
-                           f"{result['errors'][:3]}")
+        raise RuntimeError(
+            f"{server.kind} failed {len(result['errors'])} requests in {scenario.name}: {result['errors'][:3]}"
+        )
     latencies = sorted(result["latencies"])
     done = len(latencies)
     return {
-        "scenario": scenario.name, "server": server.kind, "requests": done,
+        "scenario": scenario.name,
+        "server": server.kind,
+        "requests": done,
         "rps": done / result["elapsed"],
         "p50_ms": statistics.median(latencies) * 1000,
         "p99_ms": latencies[min(done - 1, int(round(0.99 * done)) - 1)] * 1000,
@@ -197,8 +223,15 @@ def bake(out: Path) -> Path:
 
     src = out / "src"
     for task, task_type in TASKS.items():
-        baked = Path(cookiecutter(str(ROOT), no_input=True, overwrite_if_exists=True, output_dir=str(out / task),
-                                  extra_context={"task_type": task_type}))
+        baked = Path(
+            cookiecutter(
+                str(ROOT),
+                no_input=True,
+                overwrite_if_exists=True,
+                output_dir=str(out / task),
+                extra_context={"task_type": task_type},
+            )
+        )
         link = src / task
         link.parent.mkdir(parents=True, exist_ok=True)
         if link.is_symlink():
@@ -208,8 +241,14 @@ def bake(out: Path) -> Path:
 
 
 def machine() -> str:
-    model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                  if line.startswith("model name")), platform.processor())
+    model = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        ),
+        platform.processor(),
+    )
     return f"{os.cpu_count()} CPUs ({model}), Python {platform.python_version()}, Linux {platform.release()}"
 
 
@@ -218,9 +257,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="one round of short runs (about a minute)")
     parser.add_argument("--rounds", type=int, help="rounds of every scenario on both servers (default 5)")
     parser.add_argument("--only", action="append", help="run only scenarios whose name contains this (repeatable)")
-    parser.add_argument("--profile", action="store_true",
-                        help="profile the engine's CPU under the load (yappi, all threads) and print where it goes; "
-                             "the numbers of such a run are not kept")
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="profile the engine's CPU under the load (yappi, all threads) and print where it goes; "
+        "the numbers of such a run are not kept",
+    )
     parser.add_argument("--results", type=Path, default=BENCH / "results", help="where the CSV and chart go")
     args = parser.parse_args(argv)
     rounds = args.rounds or (1 if args.quick else 5)
@@ -239,15 +281,31 @@ def main(argv: list[str] | None = None) -> int:
         path = out / f"body-{scenario.name.replace(' ', '-')}.json"
         path.write_text(json.dumps(body_of(scenario)))
         bodies[scenario.name] = path
-        measured = subprocess.run([sys.executable, str(BENCH / "floor.py"), "--body", str(path), "--count",
-                                   str(max(2, int(scenario.count * share) // 40))],
-                                  capture_output=True, text=True, check=True, env=floor_env)
+        measured = subprocess.run(
+            [
+                sys.executable,
+                str(BENCH / "floor.py"),
+                "--body",
+                str(path),
+                "--count",
+                str(max(2, int(scenario.count * share) // 40)),
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+            env=floor_env,
+        )
         floors[scenario.name] = json.loads(measured.stdout)["cpu_ms"]
         print(f"floor {scenario.name}: {floors[scenario.name]:.2f} ms CPU per request in-process", flush=True)
 
     support_env = {**os.environ, "PYTHONPATH": str(src / "detection")}
-    decode = subprocess.run([sys.executable, str(BENCH / "decode.py"), *(["--quick"] if args.quick else [])],
-                            capture_output=True, text=True, check=True, env=support_env).stdout
+    decode = subprocess.run(
+        [sys.executable, str(BENCH / "decode.py"), *(["--quick"] if args.quick else [])],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=support_env,
+    ).stdout
     print(f"\nimage decode, one thread, ms per image:\n{decode}", flush=True)
 
     measurements = []
@@ -265,17 +323,26 @@ def main(argv: list[str] | None = None) -> int:
                 for kind in kinds:
                     profile = out / f"engine-{task}.pstat" if args.profile and kind == "engine" else None
                     servers[kind] = Server(kind, task, src, out, profile)
-                    measurements.append({"scenario": f"startup ({task})", "server": kind,
-                                         "startup_s": servers[kind].startup})
+                    measurements.append(
+                        {"scenario": f"startup ({task})", "server": kind, "startup_s": servers[kind].startup}
+                    )
                 for index, scenario in enumerate(task_scenarios):
                     for kind in kinds if index % 2 == 0 else kinds[::-1]:
-                        result = measure(servers[kind], scenario, bodies[scenario.name],
-                                         max(16, int(scenario.count * share)), duration)
+                        result = measure(
+                            servers[kind],
+                            scenario,
+                            bodies[scenario.name],
+                            max(16, int(scenario.count * share)),
+                            duration,
+                        )
                         measurements.append(result)
-                        print(f"round {round_ + 1}/{rounds} {kind:8} {scenario.name:22} {result['rps']:7.1f} req/s "
-                              f"p50 {result['p50_ms']:7.1f} ms p99 {result['p99_ms']:7.1f} ms "
-                              f"CPU {result['cpu_ms']:6.2f} ms/req RSS {result['rss_mb']:6.0f} MB "
-                              f"(client CPU {result['client_cpu_share']:.0%})", flush=True)
+                        print(
+                            f"round {round_ + 1}/{rounds} {kind:8} {scenario.name:22} {result['rps']:7.1f} req/s "
+                            f"p50 {result['p50_ms']:7.1f} ms p99 {result['p99_ms']:7.1f} ms "
+                            f"CPU {result['cpu_ms']:6.2f} ms/req RSS {result['rss_mb']:6.0f} MB "
+                            f"(client CPU {result['client_cpu_share']:.0%})",
+                            flush=True,
+                        )
             finally:
                 for server in servers.values():
                     server.stop()
@@ -293,8 +360,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n{text}\n")
     args.results.mkdir(parents=True, exist_ok=True)
     write_csv(rows, args.results / "bench.csv")
-    (args.results / "bench.md").write_text(f"Machine: {machine()}; {rounds} round(s)"
-                                           f"{' (--quick)' if args.quick else ''}.\n\n{text}\n")
+    (args.results / "bench.md").write_text(
+        f"Machine: {machine()}; {rounds} round(s){' (--quick)' if args.quick else ''}.\n\n{text}\n"
+    )
     (args.results / "decode.txt").write_text(decode)
     (args.results / "raw.json").write_text(json.dumps({"floors": floors, "measurements": measurements}, indent=1))
     write_chart(rows, args.results / "bench.png", f"engine / baseline, medians of {rounds} round(s)\n{machine()}")

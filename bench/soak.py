@@ -36,16 +36,24 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
 
-    engine_dir = Path(cookiecutter(str(ROOT), no_input=True, extra_context={"task_type": args.task},
-                                   output_dir=tempfile.mkdtemp(prefix="soak-")))
+    engine_dir = Path(
+        cookiecutter(
+            str(ROOT),
+            no_input=True,
+            extra_context={"task_type": args.task},
+            output_dir=tempfile.mkdtemp(prefix="soak-"),
+        )
+    )
     sys.path[:0] = [str(engine_dir / "src"), str(ROOT / "tests" / "support")]
     from bad_requests import CASES, GOOD, REST_TRANSPORTS  # the support tests' catalogue
 
     from chariot_support.testing import engine_package, run_engine
 
     rng = random.Random(args.seed)
-    plan = [(rng.choice(REST_TRANSPORTS), rng.choice(CASES) if rng.random() < args.bad else None)
-            for _ in range(args.requests)]
+    plan = [
+        (rng.choice(REST_TRANSPORTS), rng.choice(CASES) if rng.random() < args.bad else None)
+        for _ in range(args.requests)
+    ]
     plan = [(t, c) for t, c in plan if c is None or t.carries(c)]
     statuses: collections.Counter = collections.Counter()
     wrong: collections.Counter = collections.Counter()  # answers that differ from what the catalogue expects
@@ -93,12 +101,16 @@ def main() -> None:
         healthy = requests.get(f"{engine.url}/v2/health/ready", timeout=5).status_code == 200 and engine.alive()
 
     served = sum(statuses.values())
-    print(f"engine: {args.task}, {args.clients} clients, {len(plan)} requests ({args.bad:.0%} from the bad-request catalogue)")
+    print(
+        f"engine: {args.task}, {args.clients} clients, {len(plan)} requests ({args.bad:.0%} from the bad-request catalogue)"
+    )
     print(f"served: {served} in {elapsed:.1f} s ({served / elapsed:.0f}/s)")
     print("by status: " + ", ".join(f"{k}: {v}" for k, v in sorted(statuses.items(), key=lambda kv: str(kv[0]))))
     print(f"unexpected answers: {sum(wrong.values())}" + (f" {dict(wrong)}" if wrong else ""))
-    print(f"RSS: {start_memory['VmRSS']:.0f} MiB at start, {end_memory['VmRSS']:.0f} MiB at end "
-          f"({end_memory['VmRSS'] - start_memory['VmRSS']:+.0f} MiB); peak {end_memory['VmHWM']:.0f} MiB")
+    print(
+        f"RSS: {start_memory['VmRSS']:.0f} MiB at start, {end_memory['VmRSS']:.0f} MiB at end "
+        f"({end_memory['VmRSS'] - start_memory['VmRSS']:+.0f} MiB); peak {end_memory['VmHWM']:.0f} MiB"
+    )
     print(f"healthy after: {healthy}")
 
 

@@ -1,15 +1,20 @@
 """Refuse answers that would bake a broken engine, with one plain sentence and a non-zero exit."""
 
+import json
 import re
 import sys
 
+# Each answer arrives as a JSON string literal (cookiecutter renders this file), so quotes and backslashes are safe;
+# single quotes around it because JSON's own are double (the formatter would swap them).
+# fmt: off
 ANSWERS = {
-    "engine_name": {{ cookiecutter.engine_name | tojson }},
-    "model_id": {{ cookiecutter.model_id | tojson }},
-    "description": {{ cookiecutter.description | tojson }},
-    "author": {{ cookiecutter.author | tojson }},
-    "author_email": {{ cookiecutter.author_email | tojson }},
+    "engine_name": json.loads(r'''{{ cookiecutter.engine_name | tojson }}'''),
+    "model_id": json.loads(r'''{{ cookiecutter.model_id | tojson }}'''),
+    "description": json.loads(r'''{{ cookiecutter.description | tojson }}'''),
+    "author": json.loads(r'''{{ cookiecutter.author | tojson }}'''),
+    "author_email": json.loads(r'''{{ cookiecutter.author_email | tojson }}'''),
 }
+# fmt: on
 
 RULES = [
     (

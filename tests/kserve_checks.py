@@ -88,8 +88,17 @@ def test_rest_infer_gives_each_image_its_result_list():
 
 
 def test_rest_infer_as_a_dict_is_the_engine_reply():
-    body = {"inputs": [{"name": "image-0", "shape": [1], "datatype": "BYTES", "data": [png()],
-                        "parameters": {"prompts": PROMPTS} if TASK == "Image Text to Text" else {}}]}
+    body = {
+        "inputs": [
+            {
+                "name": "image-0",
+                "shape": [1],
+                "datatype": "BYTES",
+                "data": [png()],
+                "parameters": {"prompts": PROMPTS} if TASK == "Image Text to Text" else {},
+            }
+        ]
+    }
     response = rest(lambda c: c.infer(URL, body, model_name=MODEL))
     check_results(response.outputs[0].data[0])
 

@@ -9,6 +9,7 @@ import venv
 
 import numpy as np
 import pytest
+
 from baking import ANSWERS, TASKS
 from chariot_support.testing import chariot_request, image_input, run_engine
 from template_paths import TEMPLATE_ROOT
@@ -86,7 +87,10 @@ def test_pip_install_then_python_m_package_serves_the_demo(baked, tmp_path):
     python = str(environment / "bin" / "python")
     install = subprocess.run(
         [python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "-c", "constraints.txt", "."],
-        cwd=root, capture_output=True, text=True, timeout=900,
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=900,
     )
     assert install.returncode == 0, install.stderr[-3000:]
     pixels = np.zeros((100, 120, 3), np.uint8)
@@ -120,8 +124,9 @@ def test_model_files_come_from_model_dir(baked, tmp_path):
 
 
 def test_dev_requirements_pin_what_the_engine_depends_on(baked):
-    import tomllib
     from pathlib import Path
+
+    import tomllib
 
     engine = tomllib.loads((Path(baked("Object Detection")) / "pyproject.toml").read_text())["project"]
     wanted = set(engine["dependencies"]) | set(engine["optional-dependencies"]["test"])

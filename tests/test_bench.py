@@ -43,8 +43,9 @@ def test_baseline_answers_with_what_the_demo_model_finds(baseline):
     pixels = np.zeros((120, 160, 3), np.uint8)
     pixels[10:40, 20:70] = (0, 255, 0)
     body = chariot_request({"name": "image-0", "shape": [1], "datatype": "BYTES", "data": [encode_image(pixels)]})
-    request = urllib.request.Request(baseline.infer_url, data=json.dumps(body).encode(), method="POST",
-                                     headers={"Content-Type": "application/json"})
+    request = urllib.request.Request(
+        baseline.infer_url, data=json.dumps(body).encode(), method="POST", headers={"Content-Type": "application/json"}
+    )
     with urllib.request.urlopen(request, timeout=30) as response:
         (output,) = json.loads(response.read())["outputs"]
     (results,) = [json.loads(d) for d in output["data"]]
@@ -74,9 +75,7 @@ def test_load_generator_counts_failures():
 def test_summary_table_and_csv(tmp_path):
     measurements = [
         {"scenario": "s", "server": "engine", "rps": rps, "p99_ms": 10.0, "cpu_ms": 5.0} for rps in (90, 100, 120)
-    ] + [
-        {"scenario": "s", "server": "baseline", "rps": rps, "p99_ms": 8.0, "cpu_ms": 4.0} for rps in (100, 110, 200)
-    ]
+    ] + [{"scenario": "s", "server": "baseline", "rps": rps, "p99_ms": 8.0, "cpu_ms": 4.0} for rps in (100, 110, 200)]
     rows = {r.metric: r for r in report.summarise(measurements, {"s": 4.0})}
     assert rows["rps"].engine == (100, 90, 120) and rows["rps"].baseline == (110, 100, 200)
     assert rows["rps"].ratio == pytest.approx(100 / 110) and rows["rps"].met is False

@@ -26,7 +26,10 @@ def bake(tmp_path, *answers):
         ("engine_name=-engine", "must be a lowercase slug"),
         ("engine_name=engine--two", "must be a lowercase slug"),
         ("engine_name=" + "e" * 64, "longer than 63 characters"),
-        ("engine_name=chariot-support", "engine_name 'chariot-support' would name the engine's package chariot_support"),
+        (
+            "engine_name=chariot-support",
+            "engine_name 'chariot-support' would name the engine's package chariot_support",
+        ),
         ("model_id=Demo", "model_id 'Demo' cannot stand in the URL path /v2/models/m-<id>"),
         ("model_id=my/model", "cannot stand in the URL path"),
         ("model_id=a b", "cannot stand in the URL path"),
@@ -50,7 +53,7 @@ def test_task_type_must_be_one_of_chariots_names(tmp_path):
 
 
 def test_good_unusual_answers_bake(tmp_path):
-    result = bake(tmp_path, "engine_name=x9", "model_id=0", 'description=Says "hi" \\ and \'bye\'', "author=O'Neil")
+    result = bake(tmp_path, "engine_name=x9", "model_id=0", "description=Says \"hi\" \\ and 'bye'", "author=O'Neil")
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "x9" / "src" / "x9" / "model.py").is_file()
 

@@ -33,9 +33,24 @@ def test_kserve_sdk_reads_health_results_and_errors(task):
             "ENGINE_TASK": task.value,
         }
         result = subprocess.run(
-            [str(KSERVE_PYTHON), "-m", "pytest", "-q", "-p", "no:cacheprovider", "--noconftest", "-c", os.devnull,
-             "--rootdir", str(HERE), str(HERE / "kserve_checks.py")],
-            env=environment, capture_output=True, text=True, timeout=300,
+            [
+                str(KSERVE_PYTHON),
+                "-m",
+                "pytest",
+                "-q",
+                "-p",
+                "no:cacheprovider",
+                "--noconftest",
+                "-c",
+                os.devnull,
+                "--rootdir",
+                str(HERE),
+                str(HERE / "kserve_checks.py"),
+            ],
+            env=environment,
+            capture_output=True,
+            text=True,
+            timeout=300,
         )
     summary = result.stdout.strip().splitlines()[-1] if result.stdout.strip() else ""
     assert result.returncode == 0, result.stdout[-8000:] + result.stderr[-3000:]

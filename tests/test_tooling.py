@@ -8,11 +8,11 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import tomllib
 import venv
 from pathlib import Path
 
 import pytest
+import tomllib
 import yaml
 from cookiecutter.main import cookiecutter
 
@@ -57,6 +57,14 @@ def workflow_steps(root: Path) -> list[dict]:
 
 def run_steps(root: Path) -> list[str]:
     return [step["run"] for step in workflow_steps(root) if "run" in step]
+
+
+@pytest.mark.parametrize("command", [["check", "."], ["format", "--check", "."]], ids=["check", "format"])
+def test_the_template_repository_passes_ruff_as_it_is(command):
+    """Tool configuration holds no Jinja, so ruff reads the whole repository in place, the engine folder (with the
+    engine's own settings) included."""
+    result = ruff(TEMPLATE_ROOT, *command, "--no-cache")
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
 
 
 @pytest.mark.parametrize("task", TASKS)

@@ -27,9 +27,24 @@ def run_checks(checks: str, engine, *, model: str, task: str) -> str:
         "ENGINE_TASK": task,
     }
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--noconftest", "-c", os.devnull,
-         "--rootdir", str(HERE), str(HERE / checks)],
-        env=environment, capture_output=True, text=True, timeout=600,
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "--noconftest",
+            "-c",
+            os.devnull,
+            "--rootdir",
+            str(HERE),
+            str(HERE / checks),
+        ],
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     summary = result.stdout.strip().splitlines()[-1] if result.stdout.strip() else ""
     assert result.returncode == 0, result.stdout[-8000:] + result.stderr[-3000:]

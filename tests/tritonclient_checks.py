@@ -4,6 +4,7 @@ the answers a plain REST request gets for the same image. Run by test_tritonclie
 import json
 
 import pytest
+
 from tritonclient_support import (
     INVALID,
     MODEL,
@@ -88,17 +89,26 @@ def test_a_numeric_score_threshold_arrives(client):
 def test_raw_image_bytes_equal_base64_over_grpc():
     # JSON cannot carry raw bytes, so only gRPC clients may send the file itself.
     client = Client("grpc")
-    as_file = client.infer(MODEL, [client.image("image-0", scene_png(), encode=False)],
-                           parameters=client.parameters(prompts=PROMPTS))
+    as_file = client.infer(
+        MODEL, [client.image("image-0", scene_png(), encode=False)], parameters=client.parameters(prompts=PROMPTS)
+    )
     expected = plain_rest_results(plain_rest(MODEL, {"image-0": scene_png()}, {"prompts": PROMPTS}))
     assert client.results(as_file, "image-0") == expected["image-0"]
 
 
 def test_request_id_is_echoed_and_metadata_passes_through(client):
-    metadata = json.dumps({"standard_metadata": {"latitude": 51.5}, "extended_metadata": [
-        {"key": "camera", "type": "str", "value": "north-7"}]})
-    result = client.infer(MODEL, [client.image("image-0", scene_png())], request_id="trace-42",
-                          parameters=client.parameters(prompts=PROMPTS, metadata=metadata))
+    metadata = json.dumps(
+        {
+            "standard_metadata": {"latitude": 51.5},
+            "extended_metadata": [{"key": "camera", "type": "str", "value": "north-7"}],
+        }
+    )
+    result = client.infer(
+        MODEL,
+        [client.image("image-0", scene_png())],
+        request_id="trace-42",
+        parameters=client.parameters(prompts=PROMPTS, metadata=metadata),
+    )
     assert client.response(result)["id"] == "trace-42"
     assert client.metadata_parameter(result) == metadata
 
@@ -126,8 +136,11 @@ def test_client_mistakes_get_invalid_argument_and_the_rest_message(client, case)
 
 
 def test_unknown_model_is_not_found(client):
-    error = client.error(lambda: client.infer("resnet50", [client.image("image-0", scene_png())],
-                                              parameters=client.parameters(prompts=PROMPTS)))
+    error = client.error(
+        lambda: client.infer(
+            "resnet50", [client.image("image-0", scene_png())], parameters=client.parameters(prompts=PROMPTS)
+        )
+    )
     assert error.status() == NOT_FOUND[client.transport]
     assert "no model named 'resnet50'" in error.message()
     error = client.error(lambda: client.client.get_model_metadata("resnet50"))

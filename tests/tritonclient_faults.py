@@ -2,6 +2,7 @@
 message a plain REST request gets. Run by test_tritonclient.py against the faulty engine."""
 
 import pytest
+
 from tritonclient_support import INTERNAL, MODEL, TRANSPORTS, Client, plain_rest, plain_rest_results, scene_png
 
 
@@ -14,8 +15,9 @@ def test_a_failing_predict_is_internal_and_the_engine_keeps_serving(client):
     rest = plain_rest(MODEL, {"image-0": scene_png()}, {"fault": "raise"})
     assert rest.status_code == 500
     assert "predict failed: RuntimeError" in rest.json()["error"]
-    error = client.error(lambda: client.infer(MODEL, [client.image("image-0", scene_png())],
-                                              parameters={"fault": "raise"}))
+    error = client.error(
+        lambda: client.infer(MODEL, [client.image("image-0", scene_png())], parameters={"fault": "raise"})
+    )
     assert error.status() == INTERNAL[client.transport]
     assert error.message() == rest.json()["error"]
     good = client.infer(MODEL, [client.image("image-0", scene_png())])

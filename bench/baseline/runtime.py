@@ -25,16 +25,25 @@ def decode(value: str | bytes) -> np.ndarray:
 
 def detections(finder: ColourFinder, pixels: np.ndarray) -> list[dict]:
     return [
-        {"label": r.label, "score": r.score, "xmin": float(r.bbox[0]), "xmax": float(r.bbox[2]),
-         "ymin": float(r.bbox[1]), "ymax": float(r.bbox[3])}
+        {
+            "label": r.label,
+            "score": r.score,
+            "xmin": float(r.bbox[0]),
+            "xmax": float(r.bbox[2]),
+            "ymin": float(r.bbox[1]),
+            "ymax": float(r.bbox[3]),
+        }
         for r in finder.find(pixels)
     ]
 
 
 def segments(finder: ColourFinder, pixels: np.ndarray) -> list[dict]:
     return [
-        {"label": r.label, "score": r.score,
-         "contour": [[{"x": float(x), "y": float(y)} for x, y in r.contour.reshape(-1, 2).tolist()]]}
+        {
+            "label": r.label,
+            "score": r.score,
+            "contour": [[{"x": float(x), "y": float(y)} for x, y in r.contour.reshape(-1, 2).tolist()]],
+        }
         for r in finder.find(pixels)
     ]
 

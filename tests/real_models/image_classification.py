@@ -7,7 +7,7 @@ import cv2
 import numpy as np
 import onnxruntime
 
-from chariot_support import Classification, ChariotModel, Image, TaskType
+from chariot_support import ChariotModel, Classification, Image, TaskType
 
 LABELS = ("upright", "upside down")  # the model's classes 0 and 180 degrees
 

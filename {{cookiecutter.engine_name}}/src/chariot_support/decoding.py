@@ -37,7 +37,6 @@ NUMERIC_DTYPES = {
     "FP64": np.float64,
 }
 # BYTES inputs carry images unless they say they carry text.
-TEXT_CONTENT_TYPES = ("str", "string", "text")
 IMAGE_CONTENT_TYPES = (None, "base64", "image", "pil_image", "img")
 # The start of each image format the decoder reads, to tell raw image bytes from base64 ones.
 _IMAGE_MAGIC = (b"\xff\xd8\xff", b"\x89PNG", b"GIF8", b"BM", b"II*\x00", b"MM\x00*", b"RIFF")
@@ -171,7 +170,7 @@ def _setting(name: str, own: Mapping[str, Any], shared: Mapping[str, Any]) -> tu
 def _image_input(
     tensor: RequestInput, where: str, own: Mapping[str, Any], shared: Mapping[str, Any], task: TaskType
 ) -> ImageInput:
-    values = _flat_data(tensor, where)
+    values = _flat_data(tensor)
     _check_shape(tensor.shape, len(values), where)
     if len(values) != 1:
         raise BadRequest(f"{where} holds {len(values)} images; send each image as its own input with shape [1]")
@@ -333,7 +332,7 @@ def _datatype(tensor: RequestInput) -> str:
     return getattr(tensor.datatype, "value", tensor.datatype)
 
 
-def _flat_data(tensor: RequestInput, where: str) -> list:
+def _flat_data(tensor: RequestInput) -> list:
     data = tensor.data.root if hasattr(tensor.data, "root") else tensor.data
     if not isinstance(data, list):
         data = [data]
@@ -375,7 +374,7 @@ def _check_shape(shape: list[int], count: int, where: str) -> tuple[int, ...]:
 
 def decode_tensor(tensor: RequestInput, where: str) -> np.ndarray:
     """Decode a non-image input to a numpy array of its datatype and shape, checking every value fits."""
-    values = _flat_data(tensor, where)
+    values = _flat_data(tensor)
     shape = _check_shape(tensor.shape, len(values), where)
     datatype = _datatype(tensor)
     if datatype == "BYTES":

@@ -31,8 +31,6 @@ _TARGET = r"(?P<name>[^/:]+)(?:/versions/(?P<version>[^/:]+)|/labels/(?P<label>[
 STATUS_PATH = re.compile(_TARGET + r"(?P<metadata>/metadata)?")
 VERB_PATH = re.compile(_TARGET + r":(?P<verb>[^/:]+)")
 VERBS = ("predict", "explain", "classify", "regress")
-# The settings V2 reads from parameters; in a V1 body they sit beside the image or at the top level.
-SETTINGS = ("action", "score_threshold", "prompts", "metadata")
 TOP_LEVEL = {
     "predict": ("instances", "inputs", "parameters", "signature_name"),
     "classify": ("examples", "context", "parameters", "signature_name"),

@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import io
 import json
+import re
 import struct
 import zlib
 from dataclasses import dataclass
@@ -371,6 +372,74 @@ REST_TRANSPORTS = [
     Rest("v2-slash", "/v2/models/{model}/infer/"),
     Rest("chariot-root", "/infer"),
 ]
+
+
+@dataclass(frozen=True)
+class ChariotV2:
+    """chariot-v2 at /infer, in one of its three forms: a JSON object, a JSONL line, or the image file as the body
+    with its parameters in the chariot-inference-parameters header. Carries the cases about one image and its
+    settings, which chariot-v2 can express."""
+
+    form: str  # "json", "jsonl" or "file"
+
+    @property
+    def name(self) -> str:
+        return f"chariot-v2-{self.form}"
+
+    @staticmethod
+    def image_and_settings(case: Case) -> tuple[str, dict] | None:
+        body = case.body
+        if not case.addressed_plainly or not isinstance(body, dict) or set(body) - {"inputs", "parameters"}:
+            return None
+        inputs, shared = body.get("inputs"), body.get("parameters", {})
+        if not isinstance(inputs, list) or len(inputs) != 1 or not isinstance(inputs[0], dict):
+            return None
+        tensor = inputs[0]
+        if set(tensor) - {"name", "shape", "datatype", "data", "parameters"} or tensor.get("datatype") != "BYTES":
+            return None
+        if not isinstance(tensor.get("name"), str):  # chariot-v2 inputs have no name to get wrong
+            return None
+        data, own = tensor.get("data"), tensor.get("parameters", {})
+        if tensor.get("shape") != [1] or not isinstance(data, list) or len(data) != 1 or not isinstance(data[0], str):
+            return None
+        if not isinstance(shared, dict) or not isinstance(own, dict) or {"content_type", "metadata"} & {*own, *shared}:
+            return None
+        return data[0], {**shared, **own}
+
+    def carries(self, case: Case) -> bool:
+        found = self.image_and_settings(case)
+        return found is not None and (self.form != "file" or _is_base64(found[0])) and bool(self.fragments(case))
+
+    @staticmethod
+    def fragments(case: Case) -> tuple[str, ...]:
+        """What the message must say: the catalogue's words but for where V2 would place the fault (an input's name,
+        request parameters), which chariot-v2 places in its body, line or header instead."""
+        return tuple(f for f in case.fragments if not _V2_PLACE.fullmatch(f))
+
+    def send(self, engine, model_name: str, case: Case) -> tuple[int, Any]:
+        image, settings = self.image_and_settings(case)
+        line = json.dumps({"input": image, "parameters": settings})
+        if self.form == "file":
+            headers = {"Content-Type": "application/octet-stream", "chariot-inference-parameters": json.dumps(settings)}
+            data = base64.b64decode(image)
+        else:
+            headers = {"Content-Type": "application/json" if self.form == "json" else "application/jsonl"}
+            data = line.encode() + (b"\n" if self.form == "jsonl" else b"")
+        response = requests.post(f"{engine.url}/infer", data=data, headers=headers, timeout=60)
+        return response.status_code, response.json()
+
+
+_V2_PLACE = re.compile(r"input '[^']*'|request parameters|inputs\[\d+\][\w.\[\]]*")
+
+
+def _is_base64(text: str) -> bool:
+    try:
+        return bool(base64.b64decode(text, validate=True))
+    except (ValueError, TypeError):
+        return False
+
+
+CHARIOT_V2_TRANSPORTS = [ChariotV2("json"), ChariotV2("jsonl"), ChariotV2("file")]
 
 # The HTTP status each gRPC code stands for (the first the engine maps to it), to hold gRPC answers to the
 # catalogue's statuses.

@@ -7,11 +7,23 @@ from pathlib import Path
 
 import pytest
 import requests
-from bad_requests import BOMB, BOMB_SIDE, CASES, GOOD, REST_TRANSPORTS, Grpc, Parser, b64, image, request
+from bad_requests import (
+    BOMB,
+    BOMB_SIDE,
+    CASES,
+    CHARIOT_V2_TRANSPORTS,
+    GOOD,
+    REST_TRANSPORTS,
+    Grpc,
+    Parser,
+    b64,
+    image,
+    request,
+)
 
 from chariot_support.tasks import TaskType
 
-TRANSPORTS = [*REST_TRANSPORTS, Grpc()]
+TRANSPORTS = [*REST_TRANSPORTS, Grpc(), *CHARIOT_V2_TRANSPORTS]
 PAIRS = [(transport, case) for transport in TRANSPORTS for case in CASES if transport.carries(case)]
 
 
@@ -31,6 +43,12 @@ def test_every_transport_carries_every_plain_case():
         assert [c.name for c in CASES if c.addressed_plainly and not transport.carries(c)] == [], transport.name
 
 
+def test_chariot_v2_carries_the_cases_about_one_image_and_its_settings():
+    json_form, _, file_form = CHARIOT_V2_TRANSPORTS
+    assert sum(json_form.carries(c) for c in CASES) >= 20
+    assert sum(file_form.carries(c) for c in CASES) >= 12, "the image file as the body, with the header"
+
+
 def test_grpc_carries_what_a_grpc_client_can_express():
     parser = Parser(TaskType.OBJECT_DETECTION)
     left_out = [c.name for c in CASES if parser.carries(c) and not Grpc().carries(c)]
@@ -44,7 +62,8 @@ def test_bad_request_is_refused_and_the_engine_serves_on(engine, model_name, ref
     status, body = transport.send(engine, model_name, case)
     assert status == case.status, body
     assert list(body) == ["error"] and isinstance(body["error"], str), body
-    missing = [f for f in case.fragments if f not in body["error"]]
+    fragments = transport.fragments(case) if hasattr(transport, "fragments") else case.fragments
+    missing = [f for f in fragments if f not in body["error"]]
     assert not missing, f"{missing} not in {body['error']!r}"
     assert engine.alive()
     for path in ("/v2/health/live", "/v2/health/ready", "/ready"):

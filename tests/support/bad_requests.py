@@ -140,6 +140,9 @@ CASES: list[Case] = [
     case("inputs not a list", {"inputs": {"name": "x"}}, "inputs: Input should be a valid list"),
     case("empty inputs", {"inputs": []}, "no inputs"),
     case("request parameters not an object", {**GOOD, "parameters": "fast"}, "parameters: Input should be"),
+    # The id goes back in response headers, which hold Latin-1 text on one line.
+    case("request id beyond Latin-1", {**GOOD, "id": "Ā"}, "request id 'Ā' cannot travel in an HTTP header"),
+    case("request id with a line break", {**GOOD, "id": "a\nb"}, "cannot travel in an HTTP header"),
     case(
         "too many inputs",
         request(*(image(f"image-{i}") for i in range(DEFAULT_LIMITS.max_inputs + 1))),

@@ -8,6 +8,7 @@ import binascii
 import io
 import json
 import math
+import re
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -36,6 +37,7 @@ NUMERIC_DTYPES = {
     "FP32": np.float32,
     "FP64": np.float64,
 }
+HEADER_TEXT = re.compile(r"[\t\x20-\x7e\x80-\xff]*")
 # BYTES inputs carry images unless they say they carry text.
 IMAGE_CONTENT_TYPES = (None, "base64", "image", "pil_image", "img")
 # The start of each image format the decoder reads, to tell raw image bytes from base64 ones.
@@ -115,6 +117,12 @@ def parse_request(request: InferenceRequest, task: TaskType, limits: Limits = DE
         raise BadRequest("the request has no inputs: send at least one image as a BYTES input")
     if len(request.inputs) > limits.max_inputs:
         raise BadRequest(f"the request has {len(request.inputs)} inputs; this engine takes at most {limits.max_inputs}")
+    if request.id is not None and not HEADER_TEXT.fullmatch(request.id):
+        # The id goes back in response headers, which hold Latin-1 text without line breaks only.
+        raise BadRequest(
+            f"the request id {request.id[:100]!r} cannot travel in an HTTP header: use letters, digits and"
+            " punctuation (a UUID is usual)"
+        )
     shared = parameters_of(request.parameters)
     metadata = read_metadata(shared, "parameters.metadata")
     images: list[ImageInput] = []

@@ -88,8 +88,8 @@ def test_classification_scores_every_label_by_the_models_logits(tmp_path):
     assert [max(r, key=lambda c: c.score).label for r in two] == ["red", "blue"], "a batch of pictures"
 
 
-def test_detection_scales_the_models_boxes_back_to_the_picture(tmp_path):
-    # One box at (4, 8)-(12, 16) in the model's 32x32 input, scored by the picture's redness, class 0.
+def one_red_box_model(folder: Path) -> Path:
+    """A detector that finds one box at (4, 8)-(12, 16) of its 32x32 input, scored by the picture's redness, class 0."""
     nodes = [
         constant("boxes", [[4.0, 8.0, 12.0, 16.0]]),
         *channel_mean(0, "scores"),
@@ -100,7 +100,11 @@ def test_detection_scales_the_models_boxes_back_to_the_picture(tmp_path):
         output("scores", TensorProto.FLOAT, [1]),
         output("classes", TensorProto.INT64, [1]),
     ]
-    model = loaded("object_detection", save(nodes, outputs, tmp_path))
+    return save(nodes, outputs, folder)
+
+
+def test_detection_scales_the_models_boxes_back_to_the_picture(tmp_path):
+    model = loaded("object_detection", one_red_box_model(tmp_path))
     (box,) = answer(model, as_image(picture(64, 48, (255, 0, 0), (0, 0, 32, 48))))
     assert box.label == "red" and box.score == pytest.approx(0.5, abs=0.02)
     assert (box.xmin, box.ymin, box.xmax, box.ymax) == pytest.approx((8, 12, 24, 24))
@@ -182,17 +186,7 @@ def test_an_example_serves_in_a_baked_engine_whose_suite_stays_green(tmp_path):
     shutil.copy(root / "examples" / "model.py", root / "src" / package / "model.py")
     folder = tmp_path / "model"
     folder.mkdir()
-    nodes = [
-        constant("boxes", [[4.0, 8.0, 12.0, 16.0]]),
-        *channel_mean(0, "scores"),
-        constant("classes", [0], TensorProto.INT64),
-    ]
-    outputs = [
-        output("boxes", TensorProto.FLOAT, [1, 4]),
-        output("scores", TensorProto.FLOAT, [1]),
-        output("classes", TensorProto.INT64, [1]),
-    ]
-    save(nodes, outputs, folder)
+    one_red_box_model(folder)
     result = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--ignore=tests/test_task.py"],
         cwd=root,

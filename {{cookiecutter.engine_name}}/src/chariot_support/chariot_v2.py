@@ -5,7 +5,6 @@ same parsed request as chariot-v2-kserve, answered `{"output": [<results>]}` by 
 from __future__ import annotations
 
 import base64
-import binascii
 import json
 import os
 import re
@@ -16,7 +15,7 @@ from typing import Any
 from mlserver.types import InferenceRequest, Parameters, RequestInput
 
 from .decoding import _IMAGE_MAGIC as IMAGE_MAGIC
-from .decoding import DEFAULT_LIMITS, Limits, ParsedRequest, parse_request, refuse_data_url
+from .decoding import DEFAULT_LIMITS, Limits, ParsedRequest, check_base64, parse_request
 from .errors import BadRequest
 from .tasks import TaskType
 
@@ -169,16 +168,6 @@ def _json_input(value: Any, where: str, name: str) -> tuple[str, str, dict]:
     if not isinstance(parameters, dict):
         raise BadRequest(f"{where}: 'parameters' must be a JSON object, got {type(parameters).__name__}")
     return name, image, _settings(parameters, f"{where}: 'parameters'")
-
-
-def check_base64(text: str, where: str) -> None:
-    refuse_data_url(text, where)
-    try:
-        raw = base64.b64decode("".join(text.split()), validate=True)
-    except (binascii.Error, ValueError) as exc:
-        raise BadRequest(f"{where} is not valid base64 ({exc}); send the image file as standard base64") from None
-    if not raw:
-        raise BadRequest(f"{where} is empty; send the image file as base64")
 
 
 def _header_parameters(value: str | None) -> dict:

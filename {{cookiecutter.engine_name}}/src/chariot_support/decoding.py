@@ -245,6 +245,17 @@ def refuse_data_url(text: str, where: str) -> None:
         )
 
 
+def check_base64(text: str, where: str) -> None:
+    """Refuse text that is not the standard base64 of a non-empty file, saying where it was."""
+    refuse_data_url(text, where)
+    try:
+        raw = base64.b64decode("".join(text.split()), validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise BadRequest(f"{where} is not valid base64 ({exc}); send the image file as standard base64") from None
+    if not raw:
+        raise BadRequest(f"{where} is empty; send the image file as base64")
+
+
 def _image_bytes(value: Any, where: str) -> bytes:
     if isinstance(value, (bytes, bytearray)):
         if bytes(value[:4]).startswith(_IMAGE_MAGIC):

@@ -4,8 +4,6 @@ same parsed request as V2 and answered by the same predict."""
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import json
 import re
 import uuid
@@ -21,7 +19,7 @@ from mlserver.parallel.model import ParallelModel
 from mlserver.types import InferenceRequest, Parameters, RequestInput
 
 from .base import has_explain
-from .decoding import DEFAULT_LIMITS, Limits, ParsedRequest, parse_request, refuse_data_url
+from .decoding import DEFAULT_LIMITS, Limits, ParsedRequest, check_base64, parse_request
 from .errors import BadRequest, ChariotError, NotFound, unwrap_worker_error
 from .logs import header_request_id
 from .runtime import engine_limits, import_model_class
@@ -192,24 +190,14 @@ def _image_value(value: Any, where: str) -> str | bytes | None:
     if isinstance(value, dict) and "b64" in value:
         if len(value) != 1 or not isinstance(value["b64"], str):
             raise BadRequest(f'{where} must be {{"b64": "<base64 of the image file>"}} and nothing else')
-        _check_base64(value["b64"], f"{where}.b64")
+        check_base64(value["b64"], f"{where}.b64")
         return value["b64"]
     if isinstance(value, str):
-        _check_base64(value, where)
+        check_base64(value, where)
         return value
     if isinstance(value, list):
         return _pixels_file(value, where)
     return None
-
-
-def _check_base64(text: str, where: str) -> None:
-    refuse_data_url(text, where)
-    try:
-        raw = base64.b64decode("".join(text.split()), validate=True)
-    except (binascii.Error, ValueError) as exc:
-        raise BadRequest(f"{where} is not valid base64 ({exc}); send the image file as standard base64") from None
-    if not raw:
-        raise BadRequest(f"{where} is empty; send the image file as base64")
 
 
 def _pixels_file(value: list, where: str) -> bytes:

@@ -53,7 +53,7 @@ def test_requests_over_the_decode_budget_wait_then_get_503_with_retry_after():
         assert refused.headers.get("retry-after") == "1"
         assert "CHARIOT_DECODE_BUDGET_MB" in refused.json()["error"]
         # Two requests' pixels at a time, not six: the budget plus room for bodies and predict's own work.
-        assert peak_rss_mib(engine.process.pid) - before < 200 + 150
+        assert peak_rss_mib(engine.process.pid) - before < 200 + 200, "six requests would hold 576 MB of pixels"
         assert post(engine, png_request(64, 1)).status_code == 200
 
 

@@ -7,6 +7,7 @@ stops each by its process id. Prints a Markdown table for the README's reliabili
 
 import json
 import os
+import signal
 import sys
 import threading
 import time
@@ -19,7 +20,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "{{cookiecutter.engine_name}}" / "src"), str(ROOT / "tests" / "support")]
 os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [sys.path[0], os.environ.get("PYTHONPATH")]))
 
-from hostile import HERE, RSSGuard, peak_rss_mib, png_request, threads  # noqa: E402
+from hostile import HERE, RSSGuard, peak_rss_mib, png_request, threads, wait_until  # noqa: E402
+from test_hostile_workers import children, serving_again  # noqa: E402
 
 from chariot_support.testing import run_engine  # noqa: E402
 
@@ -37,18 +39,31 @@ def health_probe(engine, done: threading.Event, worst: list[float]) -> None:
         time.sleep(0.05)
 
 
-def attack(name: str, bodies, path: str = INFER, env: dict | None = None) -> str:
+def kill_workers(engine) -> str:
+    """Kill every parallel worker 0.8 s into the attack; say how long until the engine served again."""
+    time.sleep(0.8)
+    old = children(engine.process.pid)
+    for pid in old:
+        os.kill(pid, signal.SIGKILL)
+    started = time.monotonic()
+    wait_until(lambda: serving_again(engine, old), 60)
+    return f"; workers replaced, ready in {time.monotonic() - started:.1f} s"
+
+
+def attack(name: str, bodies, path: str = INFER, env: dict | None = None, during=None) -> str:
     with run_engine("faulty_engine", src=HERE, env=env or {}) as engine:
         done, worst = threading.Event(), [0.0]
         prober = threading.Thread(target=health_probe, args=(engine, done, worst))
         prober.start()
         with RSSGuard(engine.process, 6 * 1024) as guard, ThreadPoolExecutor(8) as pool:
+            meanwhile = pool.submit(during, engine) if during else None
             statuses = sorted(
                 pool.map(lambda b: requests.post(engine.url + path, data=b, timeout=300).status_code, bodies)
             )
+            note = meanwhile.result() if meanwhile else ""
         done.set()
         prober.join()
-        alive = "killed at 6 GiB" if guard.tripped else "alive"
+        alive = ("killed at 6 GiB" if guard.tripped else "alive") + note
         peak = peak_rss_mib(engine.process.pid) if not guard.tripped else 6 * 1024
         count = threads(engine.process.pid) if not guard.tripped else 0
         counts = ", ".join(f"{statuses.count(s)}× {s}" for s in sorted(set(statuses)))
@@ -76,6 +91,12 @@ def main() -> None:
             "one 58 MB V1 request of pixel lists",
             ['{"instances": [[' + ",".join(["[" + ",".join(["[0,0,0]"] * 2200) + "]"] * 2200) + "]]}"],
             path="/v1/models/m-faulty:predict",
+        ),
+        attack(
+            "2 parallel workers killed under load (7 requests of 2 s predicts)",
+            [json.dumps(png_request(32, 1, fault="sleep", seconds=2))] * 7,
+            env={"MLSERVER_PARALLEL_WORKERS": "2", "FAULTY_THREAD_SAFE": "1"},
+            during=kill_workers,
         ),
     ]
     print("| attack | answers | peak RSS | threads after | slowest /v2/health/live | engine |")

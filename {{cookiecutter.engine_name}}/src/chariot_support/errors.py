@@ -1,7 +1,6 @@
 """Errors an engine answers with: each carries its HTTP status and a message for the person who caused it."""
 
 from mlserver.errors import MLServerError
-from mlserver.parallel.errors import WorkerError
 
 
 class ChariotError(MLServerError):
@@ -51,12 +50,3 @@ class ModelLoadFailed(ChariotError):
     """The engine author's load raised: the engine cannot serve, and stops (503 to anything that asks meanwhile)."""
 
     status_code_default = 503
-
-
-def unwrap_worker_error(error: MLServerError) -> MLServerError:
-    """Parallel workers prefix an error's message with its class path; the client only needs the message."""
-    if isinstance(error, WorkerError):
-        message = str(error)
-        if message.startswith(f"{__name__}.") and ": " in message:
-            return ChariotError(message.split(": ", 1)[1], error.status_code)
-    return error

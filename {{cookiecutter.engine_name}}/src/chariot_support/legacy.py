@@ -20,7 +20,8 @@ from mlserver.types import InferenceRequest, Parameters, RequestInput
 
 from .base import has_explain
 from .decoding import DEFAULT_LIMITS, Limits, ParsedRequest, check_base64, parse_request
-from .errors import BadRequest, ChariotError, NotFound, unwrap_worker_error
+from .errors import BadRequest, ChariotError, NotFound
+from .internals import unwrap_worker_error
 from .logs import header_request_id
 from .runtime import engine_limits, import_model_class
 from .tasks import TaskType

@@ -35,11 +35,12 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from . import chariot_v2
 from .admission import guards
 from .base import ChariotModel
-from .errors import ChariotError, ModelLoadFailed, NotFound, unwrap_worker_error
+from .errors import ChariotError, ModelLoadFailed, NotFound
 from .grpc_api import ChariotGRPCServer
+from .internals import WorkerWatch, unwrap_worker_error
 from .legacy import find_model, install_legacy_routes, predict_images
 from .logs import GRPCRequestLog, configure_logging, header_request_id, install_request_log, note_request_id
-from .runtime import engine_limits, env_int, import_model_class
+from .runtime import engine_limits, env_int, env_seconds, import_model_class
 from .traffic import BodyShape, Framing, IdleLimitedProtocol, ShortErrors
 
 logger = logging.getLogger("chariot_support")
@@ -120,6 +121,7 @@ class ChariotDataPlane:
         self._inner = inner
         self.model_name = model_name
         self._pinned = pinned
+        self.workers: WorkerWatch | None = None  # set when the model runs in parallel workers
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
@@ -169,6 +171,8 @@ class ChariotDataPlane:
 
     async def ready(self) -> bool:
         # MLServer calls a server with no models ready; an engine is ready only once its model is loaded.
+        if self.workers is not None and not self.workers.serving():
+            return False
         try:
             return await self.model_ready(self.model_name)
         except MLServerError:
@@ -447,9 +451,19 @@ class ChariotServer(MLServer):
                 raise
 
         self._model_registry.load = load_or_record
+        if self._inference_pool_registry is not None:
+            self._data_plane.workers = WorkerWatch(
+                self._inference_pool_registry, env_seconds("CHARIOT_PREDICT_TIMEOUT", 60.0)
+            )
+            self._data_plane.workers.install()
         await super().start(models_settings)
         if failures:
             raise ModelLoadFailed(str(unwrap_worker_error(failures[0]))) from failures[0]
+
+    async def stop(self, sig: int | None = None) -> None:
+        if self._data_plane.workers is not None:
+            self._data_plane.workers.closing = True  # workers that exit now are leaving, not dying
+        await super().stop(sig)
 
     def _create_servers(self) -> None:
         model, pinned = self._chariot_model

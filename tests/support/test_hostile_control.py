@@ -64,3 +64,12 @@ def test_made_up_model_names_do_not_grow_the_metrics(engine):
     metrics = requests.get(f"http://127.0.0.1:{engine.metrics_port}/metrics", timeout=5).text
     assert "m-made-up" not in metrics
     assert 'version="v1' not in metrics
+
+
+@pytest.mark.parametrize("name", ["m-faulty", "m-other"])
+def test_infer_stream_is_refused_with_an_error_body_under_any_name(engine, name):
+    body = json.dumps(chariot_request(image_input("image", PIXELS)))
+    response = requests.post(f"{engine.url}/v2/models/{name}/infer_stream", data=body, timeout=5)
+    assert response.status_code == (501 if name == "m-faulty" else 404), response.text[:300]
+    assert ("does not stream" if name == "m-faulty" else "no model named") in response.json()["error"]
+    assert requests.post(f"{engine.url}/v2/models/m-faulty/infer", data=body, timeout=5).status_code == 200

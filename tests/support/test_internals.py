@@ -52,3 +52,87 @@ def test_inference_pools_keep_workers_and_dispatcher_where_the_watch_looks():
         "next(self._workers_round_robin)" in inspect.getsource(Dispatcher._get_worker),
         "Dispatcher._get_worker no longer picks from the round robin",
     )
+
+
+def test_the_server_parts_the_engine_replaces_are_where_it_replaces_them():
+    from mlserver import MLServer
+    from mlserver.metrics.server import MetricsServer
+    from mlserver.rest.server import RESTServer
+
+    init = inspect.getsource(MLServer.__init__)
+    for part in ("self._data_plane", "self._model_registry", "self._inference_pool_registry", "self._settings"):
+        holds(part in init, f"MLServer.__init__ no longer sets {part}")
+    holds(
+        init.index("self._data_plane =") < init.index("self._create_servers()"),
+        "MLServer no longer builds its data plane before _create_servers()",
+    )
+    create = inspect.getsource(MLServer._create_servers)
+    for part in ("self._data_plane", "self._model_repository_handlers", "self._rest_server", "self._grpc_server"):
+        holds(part in create, f"MLServer._create_servers no longer uses {part}")
+    holds(
+        "self._model_registry.load(" in inspect.getsource(MLServer.start), "MLServer.start no longer loads by registry"
+    )
+    holds("self._app" in inspect.getsource(RESTServer.__init__), "RESTServer no longer keeps its app as _app")
+    holds("self._app" in inspect.getsource(MetricsServer), "MetricsServer no longer keeps its app as _app")
+    holds(
+        "_custom_rest_server_settings" in inspect.getsource(RESTServer),
+        "RESTServer no longer passes Settings._custom_rest_server_settings to uvicorn",
+    )
+
+
+def test_the_grpc_server_builds_its_servicer_by_the_name_the_engine_swaps():
+    from mlserver.grpc.server import GRPCServer
+
+    create = inspect.getsource(GRPCServer._create_server)
+    holds("InferenceServicer(" in create, "GRPCServer._create_server no longer builds InferenceServicer by name")
+    holds("self._server" in create, "GRPCServer no longer keeps its aio server as _server")
+
+
+def test_parallel_models_and_request_context_are_where_the_engine_reads_them():
+    from mlserver.context import model_name_var
+    from mlserver.parallel.model import ParallelModel
+
+    holds(callable(getattr(ParallelModel, "_send", None)), "ParallelModel._send(method, *args) is gone")
+    holds(model_name_var.get("") == "", "mlserver.context.model_name_var is no longer a context variable")
+
+
+def test_the_grpc_server_keeps_mlservers_interceptors_tracing_included(monkeypatch):
+    """The engine's gRPC server is MLServer's: with MLSERVER_TRACING_SERVER set, gRPC calls are traced as REST."""
+    from chariot_support.demo import DEMO_MODELS
+    from chariot_support.server import ChariotServer, engine_settings, model_settings
+
+    monkeypatch.setenv("MLSERVER_TRACING_SERVER", "127.0.0.1:4317")
+    model_class = DEMO_MODELS[next(iter(DEMO_MODELS))]
+    server = ChariotServer(engine_settings(), model=model_settings(model_class, "x"), pinned=False)
+    server._grpc_server._create_server()
+    kinds = [type(i).__module__ for i in server._grpc_server._interceptors]
+    assert any("opentelemetry" in kind for kind in kinds), kinds
+    assert type(server._grpc_server._inference_servicer).__name__ == "ChariotInferenceServicer"
+
+
+def test_only_three_support_modules_import_mlserver():
+    import ast
+    from pathlib import Path
+
+    import chariot_support
+
+    importers = set()
+    for path in Path(chariot_support.__file__).parent.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.level == 0:
+                names = [node.module or ""]
+            if any(n == "mlserver" or n.startswith("mlserver.") for n in names):
+                importers.add(path.stem)
+    assert importers == {"internals", "server", "runtime"}, importers
+
+
+def test_the_data_plane_answers_every_method_of_mlservers_itself():
+    """No method of MLServer's data plane reaches a client without Chariot's model naming."""
+    from mlserver.handlers import DataPlane
+
+    from chariot_support.server import ChariotDataPlane
+
+    public = {name for name in dir(DataPlane) if not name.startswith("_")}
+    missing = public - set(vars(ChariotDataPlane))
+    holds(not missing, f"DataPlane has methods ChariotDataPlane does not define: {sorted(missing)}")

@@ -12,10 +12,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from mlserver.types import InferenceRequest, Parameters, RequestInput
-
 from .decoding import _IMAGE_MAGIC as IMAGE_MAGIC
-from .decoding import DEFAULT_LIMITS, Limits, ParsedRequest, check_base64, parse_request
+from .decoding import DEFAULT_LIMITS, Limits, ParsedRequest, Request, Tensor, check_base64, parse_request
 from .errors import BadRequest
 from .tasks import TaskType
 
@@ -192,14 +190,7 @@ def _settings(values: dict, where: str) -> dict:
 
 def _parsed(inputs: list[tuple[str, str, dict]], task: TaskType, limits: Limits) -> ParsedRequest:
     """Each image becomes one chariot-v2-kserve image input, so its settings follow the same rules word for word."""
-    request = InferenceRequest(
-        inputs=[
-            RequestInput(
-                name=name, shape=[1], datatype="BYTES", data=[image], parameters=Parameters(**own) if own else None
-            )
-            for name, image, own in inputs
-        ]
-    )
+    request = Request(inputs=[Tensor(name=name, data=[image], parameters=own or None) for name, image, own in inputs])
     return parse_request(request, task, limits)
 
 

@@ -18,7 +18,6 @@ from typing import Any
 import cv2
 import numpy as np
 import PIL.Image
-from mlserver.types import InferenceRequest, Parameters, RequestInput
 
 from .errors import BadRequest
 from .tasks import TaskType
@@ -101,18 +100,43 @@ class ParsedRequest:
     metadata: str | None
 
 
-def parameters_of(parameters: Parameters | None) -> dict[str, Any]:
-    """A parameters object as a plain dict, without the transport headers MLServer tucks into it."""
+@dataclass(frozen=True)
+class Tensor:
+    """One input of a V2 inference request, as the engine's other protocols build it (the V2 routes hand over the
+    server's own request object, which has the same fields)."""
+
+    name: str
+    data: list
+    shape: list[int] = field(default_factory=lambda: [1])
+    datatype: str = "BYTES"
+    parameters: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class Request:
+    """A V2 inference request: its inputs and request-wide parameters."""
+
+    inputs: list[Tensor]
+    parameters: Mapping[str, Any] | None = None
+    id: str | None = None
+
+
+def parameters_of(parameters: Any) -> dict[str, Any]:
+    """Parameters as a plain dict, without the transport headers the server tucks into them: a mapping, or the
+    server's parameters object (its declared `content_type` and any extra keys)."""
     if parameters is None:
         return {}
+    if isinstance(parameters, Mapping):
+        return {k: v for k, v in parameters.items() if k != "headers"}
     values = dict(parameters.model_extra or {})
     if parameters.content_type is not None:
         values["content_type"] = parameters.content_type
     return values
 
 
-def parse_request(request: InferenceRequest, task: TaskType, limits: Limits = DEFAULT_LIMITS) -> ParsedRequest:
-    """Check the envelope and every input; raise BadRequest naming the first problem."""
+def parse_request(request: Any, task: TaskType, limits: Limits = DEFAULT_LIMITS) -> ParsedRequest:
+    """Check the envelope and every input of a V2 request (a `Request`, or the server's object with the same
+    fields); raise BadRequest naming the first problem."""
     if not request.inputs:
         raise BadRequest("the request has no inputs: send at least one image as a BYTES input")
     if len(request.inputs) > limits.max_inputs:
@@ -176,7 +200,7 @@ def _setting(name: str, own: Mapping[str, Any], shared: Mapping[str, Any]) -> tu
 
 
 def _image_input(
-    tensor: RequestInput, where: str, own: Mapping[str, Any], shared: Mapping[str, Any], task: TaskType
+    tensor: Any, where: str, own: Mapping[str, Any], shared: Mapping[str, Any], task: TaskType
 ) -> ImageInput:
     values = _flat_data(tensor)
     _check_shape(tensor.shape, len(values), where)
@@ -347,11 +371,11 @@ def _complete(encoded: bytes, kind: str | None) -> bool:
     return True
 
 
-def _datatype(tensor: RequestInput) -> str:
+def _datatype(tensor: Any) -> str:
     return getattr(tensor.datatype, "value", tensor.datatype)
 
 
-def _flat_data(tensor: RequestInput) -> list:
+def _flat_data(tensor: Any) -> list:
     data = tensor.data.root if hasattr(tensor.data, "root") else tensor.data
     if not isinstance(data, list):
         data = [data]
@@ -391,7 +415,7 @@ def _check_shape(shape: list[int], count: int, where: str) -> tuple[int, ...]:
     return tuple(shape)
 
 
-def decode_tensor(tensor: RequestInput, where: str) -> np.ndarray:
+def decode_tensor(tensor: Any, where: str) -> np.ndarray:
     """Decode a non-image input to a numpy array of its datatype and shape, checking every value fits."""
     values = _flat_data(tensor)
     shape = _check_shape(tensor.shape, len(values), where)

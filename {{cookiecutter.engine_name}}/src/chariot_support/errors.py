@@ -1,15 +1,17 @@
-"""Errors an engine answers with: each carries its HTTP status and a message for the person who caused it."""
+"""Errors an engine answers with: each carries its HTTP status and a message for the person who caused it.
 
-from mlserver.errors import MLServerError
+They are the engine's own: the server turns them into `{"error": ...}` bodies and gRPC status codes, and
+`internals.unwrap_worker_error` brings them back whole from a parallel worker."""
 
 
-class ChariotError(MLServerError):
+class ChariotError(Exception):
     """Base of the engine's own errors; the message is the whole `{"error": ...}` body."""
 
     status_code_default = 400
 
     def __init__(self, message: str, status_code: int | None = None):
-        super().__init__(message, status_code or self.status_code_default)
+        super().__init__(message)
+        self.status_code = status_code or self.status_code_default
 
 
 class BadRequest(ChariotError):
@@ -48,5 +50,11 @@ class ModelBusy(ChariotError):
 
 class ModelLoadFailed(ChariotError):
     """The engine author's load raised: the engine cannot serve, and stops (503 to anything that asks meanwhile)."""
+
+    status_code_default = 503
+
+
+class ModelLoading(ChariotError):
+    """The model is not loaded yet (503)."""
 
     status_code_default = 503

@@ -7,16 +7,26 @@ canary per assumption made here: on an MLServer where one no longer holds, that 
 from __future__ import annotations
 
 import asyncio
+import importlib
 import logging
 import os
 import signal
 from itertools import cycle
+from typing import Any
 
+from mlserver import MLServer
+from mlserver.context import model_name_var
 from mlserver.errors import MLServerError
+from mlserver.grpc import server as mlserver_grpc_server
+from mlserver.grpc.server import GRPCServer
+from mlserver.grpc.servicers import InferenceServicer
+from mlserver.handlers import DataPlane
 from mlserver.parallel.errors import WorkerError, WorkerStop
 from mlserver.parallel.messages import ModelRequestMessage
+from mlserver.parallel.model import ParallelModel
+from mlserver.settings import ModelSettings, Settings
 
-from .errors import ChariotError, PredictTimeout
+from .errors import ChariotError, ModelLoadFailed, ModelLoading, NotFound, PredictTimeout
 
 logger = logging.getLogger("chariot_support")
 
@@ -41,18 +51,28 @@ def signal_name(exit_code: int) -> str:
     return f"exit code {exit_code}"
 
 
-def unwrap_worker_error(error: MLServerError) -> MLServerError:
-    """A parallel worker's error as the client should see it: the engine's own message without the class path the
-    worker puts in front, and a worker that died as a 503 to retry rather than a 500."""
+# What an engine answers with a status code: its own errors, and MLServer's (a model not found, not ready...).
+SERVING_ERRORS = (ChariotError, MLServerError)
+
+
+def unwrap_worker_error(error: BaseException) -> BaseException:
+    """A parallel worker's error as the client should see it: the engine's own error rebuilt from the class path
+    and message MLServer sends back in its place, and a worker that died as a 503 to retry rather than a 500."""
     if isinstance(error, WorkerStop):
         code = int(str(error).rstrip(".").rsplit(" ", 1)[-1]) if str(error).rstrip(".")[-1:].isdigit() else 0
         return WorkersDown(
             f"the parallel worker serving this request stopped ({signal_name(code)}); a new worker is starting: retry"
         )
     if isinstance(error, WorkerError):
-        message = str(error)
-        if message.startswith("chariot_support.") and ": " in message:
-            return ChariotError(message.split(": ", 1)[1], error.status_code)
+        path, _, message = str(error).partition(": ")
+        module, _, name = path.rpartition(".")
+        if module.startswith("chariot_support"):
+            try:
+                kind = getattr(importlib.import_module(module), name)
+            except (ImportError, AttributeError):
+                kind = None
+            if isinstance(kind, type) and issubclass(kind, ChariotError):
+                return kind(message)
     return error
 
 
@@ -172,3 +192,108 @@ class WorkerWatch:
         """Whether at least one worker is running with the model loaded."""
         pool = self._registry._default_pool
         return any(pid not in self._starting and w.exitcode is None for pid, w in list(pool._workers.items()))
+
+
+async def find_model(data_plane, name: str, version: str | None):
+    """The one model behind `name` (any version label names the one version the engine serves), for the routes
+    MLServer does not serve itself."""
+    with data_plane.named(name) as resolved:
+        model = await data_plane.model_registry.get_model(resolved)
+    if version is not None and version != model.version:
+        raise NotFound(f"model '{name}' has no version '{version}'; its version is '{model.version}'")
+    return model
+
+
+async def predict_images(model, request, request_id: str, explain: bool):
+    """`ChariotRuntime.predict_images` on the served model, in this process or in the parallel worker it lives in."""
+    if not model.ready:
+        raise ModelLoading("the model is still loading; try again when GET /v1/models/<name> says ready")
+    if isinstance(model, ParallelModel):
+        return await model._send("predict_images", request, request_id, explain)
+    return await model.predict_images(request, request_id, explain)
+
+
+def current_model_name() -> str:
+    """The model MLServer is serving in this context (its log lines name it), or ''."""
+    return model_name_var.get("")
+
+
+def set_uvicorn_options(settings: Settings, **options: Any) -> None:
+    """Options MLServer passes through to uvicorn, which its settings do not otherwise expose."""
+    settings._custom_rest_server_settings = options
+
+
+class EngineServer(MLServer):
+    """MLServer with the parts an engine replaces. A subclass gives `engine_parts` (the data plane, repository and
+    repository handlers, built on MLServer's), `install_routes` (on the REST and metrics apps), `grpc_servicer`
+    (the inference servicer class) and `grpc_grace`, and sets `predict_timeout` before starting."""
+
+    grpc_servicer: type = InferenceServicer
+    grpc_grace: float = 5.0
+    predict_timeout: float = 60.0
+
+    def engine_parts(self, data_plane: DataPlane, model_registry) -> tuple[Any, Any, Any]:
+        raise NotImplementedError
+
+    def install_routes(self, rest_app, metrics_app) -> None:
+        raise NotImplementedError
+
+    @property
+    def settings(self) -> Settings:
+        return self._settings
+
+    def _create_servers(self) -> None:
+        self._data_plane, self._model_repository, self._model_repository_handlers = self.engine_parts(
+            self._data_plane, self._model_registry
+        )
+        super()._create_servers()
+        self._grpc_server = _EngineGRPCServer(self, self._data_plane, self._model_repository_handlers)
+        self.install_routes(self._rest_server._app, self._metrics_server._app if self._metrics_server else None)
+
+    async def start(self, models_settings: list[ModelSettings]) -> None:
+        """Serve until stopped. MLServer only logs a model that fails to load and shuts down as if asked to; the
+        engine raises ModelLoadFailed instead, so that the process exits non-zero."""
+        failures: list[BaseException] = []
+        load = self._model_registry.load
+
+        async def load_or_record(settings: ModelSettings):
+            try:
+                return await load(settings)
+            except Exception as exc:
+                failures.append(exc)
+                raise
+
+        self._model_registry.load = load_or_record
+        if self._inference_pool_registry is not None:
+            self._data_plane.workers = WorkerWatch(self._inference_pool_registry, self.predict_timeout)
+            self._data_plane.workers.install()
+        await super().start(models_settings)
+        if failures:
+            raise ModelLoadFailed(str(unwrap_worker_error(failures[0]))) from failures[0]
+
+    async def stop(self, sig: int | None = None) -> None:
+        if getattr(self._data_plane, "workers", None) is not None:
+            self._data_plane.workers.closing = True  # workers that exit now are leaving, not dying
+        await super().stop(sig)
+
+
+class _EngineGRPCServer(GRPCServer):
+    """MLServer's gRPC server (its interceptors for access logs, metrics and tracing included) with the engine's
+    servicer, and the engine's grace for calls in flight at SIGTERM in place of MLServer's fixed 5 s."""
+
+    def __init__(self, engine: EngineServer, data_plane, model_repository_handlers):
+        super().__init__(engine.settings, data_plane, model_repository_handlers)
+        self._engine = engine
+
+    def _create_server(self):
+        # MLServer builds its servicer by this module-level name; for the duration of the call it names the engine's.
+        original = mlserver_grpc_server.InferenceServicer
+        mlserver_grpc_server.InferenceServicer = self._engine.grpc_servicer
+        try:
+            return super()._create_server()
+        finally:
+            mlserver_grpc_server.InferenceServicer = original
+
+    async def stop(self, sig: int | None = None) -> None:
+        logger.info("waiting up to %g s for gRPC calls in flight", self._engine.grpc_grace)
+        await self._server.stop(grace=self._engine.grpc_grace)

@@ -13,15 +13,12 @@ from typing import Any
 import cv2
 import numpy as np
 from fastapi import FastAPI, Request, Response
-from mlserver import MLModel
-from mlserver.errors import MLServerError
-from mlserver.parallel.model import ParallelModel
-from mlserver.types import InferenceRequest, Parameters, RequestInput
 
 from .base import has_explain
-from .decoding import DEFAULT_LIMITS, Limits, ParsedRequest, check_base64, parse_request
-from .errors import BadRequest, ChariotError, NotFound
-from .internals import unwrap_worker_error
+from .decoding import DEFAULT_LIMITS, Limits, ParsedRequest, Tensor, check_base64, parse_request
+from .decoding import Request as V2Request
+from .errors import BadRequest, ChariotError
+from .internals import SERVING_ERRORS, find_model, predict_images, unwrap_worker_error
 from .logs import header_request_id
 from .runtime import engine_limits, import_model_class
 from .tasks import TaskType
@@ -43,10 +40,6 @@ class NotImplementedByModel(ChariotError):
     """The route exists but the engine's model does not provide it (501)."""
 
     status_code_default = 501
-
-
-class ModelLoading(ChariotError):
-    status_code_default = 503
 
 
 # --- reading requests ---------------------------------------------------------------------------------------
@@ -226,14 +219,9 @@ def _pixels_file(value: list, where: str) -> bytes:
 
 def _parsed(rows: list[Row], shared: dict, task: TaskType, limits: Limits) -> ParsedRequest:
     """Each row becomes one V2 image input, so V2's own checks and settings rules apply word for word."""
-    request = InferenceRequest(
-        inputs=[
-            RequestInput(
-                name=name, shape=[1], datatype="BYTES", data=[image], parameters=Parameters(**own) if own else None
-            )
-            for name, (image, own) in rows
-        ],
-        parameters=Parameters(**_settings(shared, "parameters")),
+    request = V2Request(
+        inputs=[Tensor(name=name, data=[image], parameters=own or None) for name, (image, own) in rows],
+        parameters=_settings(shared, "parameters"),
     )
     return parse_request(request, task, limits)
 
@@ -313,31 +301,13 @@ def _json(content: Any, status_code: int = 200) -> Response:
     return Response(json.dumps(content, allow_nan=False), status_code=status_code, media_type="application/json")
 
 
-def _failure(error: MLServerError) -> Response:
+def _failure(error: Exception) -> Response:
     error = unwrap_worker_error(error)
     return _json({"error": str(error)}, error.status_code)
 
 
-async def find_model(data_plane: Any, name: str, version: str | None) -> MLModel:
-    """The one model behind `name`; a label names whatever version the engine serves, as it serves one."""
-    with data_plane.named(name) as resolved:
-        model = await data_plane._model_registry.get_model(resolved)
-    if version is not None and version != model.version:
-        raise NotFound(f"model '{name}' has no version '{version}'; its version is '{model.version}'")
-    return model
-
-
-def _model_class(model: MLModel) -> type:
+def _model_class(model: Any) -> type:
     return import_model_class(model.settings.parameters.extra["model_class"])
-
-
-async def predict_images(model: MLModel, request: ParsedRequest, request_id: str, explain: bool):
-    if not model.ready:
-        raise ModelLoading("the model is still loading; try again when GET /v1/models/<name> says ready")
-    if isinstance(model, ParallelModel):
-        # With parallel workers the model lives in a worker process; the same method runs there.
-        return await model._send("predict_images", request, request_id, explain)
-    return await model.predict_images(request, request_id, explain)
 
 
 def install_legacy_routes(app: FastAPI, data_plane: Any) -> None:
@@ -353,7 +323,7 @@ def install_legacy_routes(app: FastAPI, data_plane: Any) -> None:
             return _json({"error": f"no route for GET /v1/models/{path}"}, 404)
         try:
             model = await find_model(data_plane, match["name"], match["version"])
-        except MLServerError as error:
+        except SERVING_ERRORS as error:
             return _failure(error)
         version = model.version or "1"
         if match["metadata"]:
@@ -386,7 +356,7 @@ def install_legacy_routes(app: FastAPI, data_plane: Any) -> None:
             parsed = await asyncio.to_thread(lambda: parse(read_body(raw), task, limits))
             request_id = header_request_id(request.headers) or uuid.uuid4().hex
             results, explanations = await predict_images(model, parsed, request_id, explain=name == "explain")
-        except MLServerError as error:
+        except SERVING_ERRORS as error:
             return _failure(error)
         if name == "classify":
             return _json(render_classify(results))

@@ -14,9 +14,7 @@ from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import Any
 
-from mlserver.context import model_name_var
-from mlserver.errors import MLServerError
-from mlserver.types import InferenceRequest, InferenceResponse
+from .internals import current_model_name
 
 LEVEL_VARIABLE = "CHARIOT_LOG_LEVEL"
 LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
@@ -40,7 +38,7 @@ class JSONLines(logging.Formatter):
             "logger": record.name,
             "message": record.getMessage(),
         }
-        model = model_name_var.get("")
+        model = current_model_name()
         if model:
             entry["model"] = model
         entry.update(getattr(record, "fields", {}))
@@ -72,11 +70,11 @@ def configure_logging() -> None:
     handler.setFormatter(formatter)
     engine.setLevel(level)
     engine.propagate = False  # the root logger's last-resort handler would print them a second time
-    mlserver = logging.getLogger("mlserver")
-    for existing in mlserver.handlers:
+    mlserver_logger = logging.getLogger("mlserver")
+    for existing in mlserver_logger.handlers:
         existing.setFormatter(formatter)
-    if mlserver.level != logging.DEBUG:  # MLSERVER_DEBUG asked for MLServer's debug output: keep it
-        mlserver.setLevel(level)
+    if mlserver_logger.level != logging.DEBUG:  # MLSERVER_DEBUG asked for MLServer's debug output: keep it
+        mlserver_logger.setLevel(level)
 
 
 def log_request(
@@ -168,37 +166,6 @@ class RequestLog:
 
 def _headers(scope) -> dict[str, str]:
     return {key.decode("latin-1").lower(): value.decode("latin-1") for key, value in scope.get("headers", ())}
-
-
-class GRPCRequestLog:
-    """The gRPC data plane, writing one log line per inference (gRPC carries no path; status is the HTTP status the
-    same outcome gets over REST)."""
-
-    def __init__(self, data_plane):
-        self._data_plane = data_plane
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._data_plane, name)
-
-    async def infer(self, payload: InferenceRequest, name: str, version: str | None = None) -> InferenceResponse:
-        started, status = time.perf_counter(), 500
-        try:
-            response = await self._data_plane.infer(payload, name, version)
-            status = 200
-            return response
-        except MLServerError as error:
-            status = error.status_code
-            raise
-        finally:
-            log_request(
-                protocol="grpc",
-                method="ModelInfer",
-                path=f"/v2/models/{name}/infer",
-                status=status,
-                started=started,
-                request_id=payload.id,
-                model=name,
-            )
 
 
 def install_request_log(app, model_name: str) -> None:

@@ -3,19 +3,35 @@
 from __future__ import annotations
 
 import asyncio
+import functools
+import json
 import logging
 import os
 import re
+import struct
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import grpc
 from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from mlserver import MLServer
-from mlserver.errors import MLServerError, ModelNotFound
+from google.protobuf.unknown_fields import UnknownFieldSet
+from grpc import aio
+from mlserver.errors import ModelNotFound
+from mlserver.grpc import dataplane_pb2 as pb
+from mlserver.grpc.converters import (
+    ModelInferRequestConverter,
+    ModelInferResponseConverter,
+    ModelMetadataResponseConverter,
+    RepositoryIndexRequestConverter,
+    ServerMetadataResponseConverter,
+)
+from mlserver.grpc.dataplane_pb2_grpc import GRPCInferenceServiceServicer
+from mlserver.grpc.utils import to_headers, to_metadata
 from mlserver.handlers import DataPlane, ModelRepositoryHandlers
 from mlserver.repository import ModelRepository
 from mlserver.rest.endpoints import Endpoints
@@ -24,24 +40,32 @@ from mlserver.types import (
     InferenceRequest,
     InferenceResponse,
     MetadataModelResponse,
+    MetadataServerResponse,
     MetadataTensor,
     RepositoryIndexRequest,
     RepositoryIndexResponse,
 )
-from mlserver.utils import install_uvloop_event_loop
+from mlserver.utils import extract_headers, insert_headers, install_uvloop_event_loop
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from . import chariot_v2
 from .admission import guards
 from .base import ChariotModel
-from .errors import ChariotError, ModelLoadFailed, NotFound
-from .grpc_api import ChariotGRPCServer
-from .internals import WorkerWatch, unwrap_worker_error
-from .legacy import find_model, install_legacy_routes, predict_images
-from .logs import GRPCRequestLog, configure_logging, header_request_id, install_request_log, note_request_id
+from .errors import BadRequest, ChariotError, ModelLoadFailed, NotFound
+from .internals import (
+    SERVING_ERRORS,
+    EngineServer,
+    WorkerWatch,
+    find_model,
+    predict_images,
+    set_uvicorn_options,
+    unwrap_worker_error,
+)
+from .legacy import install_legacy_routes
+from .logs import configure_logging, header_request_id, install_request_log, log_request, note_request_id
 from .runtime import engine_limits, env_int, env_seconds, import_model_class
-from .traffic import BodyShape, Framing, IdleLimitedProtocol, ShortErrors
+from .traffic import BodyLimit, BodyShape, Framing, IdleLimitedProtocol, JSONBodies, ShortErrors
 
 logger = logging.getLogger("chariot_support")
 
@@ -72,12 +96,13 @@ def engine_settings() -> Settings:
     settings = Settings(**overrides)
     # uvicorn's own limits (MLServer passes these through): connections and requests at once, idle keep-alive
     # seconds, and the most of an unfinished request's headers held per connection.
-    settings._custom_rest_server_settings = {
-        "limit_concurrency": guards().max_connections,
-        "timeout_keep_alive": guards().keep_alive,
-        "h11_max_incomplete_event_size": 64 << 10,
-        "http": IdleLimitedProtocol,
-    }
+    set_uvicorn_options(
+        settings,
+        limit_concurrency=guards().max_connections,
+        timeout_keep_alive=guards().keep_alive,
+        h11_max_incomplete_event_size=64 << 10,
+        http=IdleLimitedProtocol,
+    )
     return settings
 
 
@@ -117,14 +142,23 @@ class ChariotDataPlane:
     """MLServer's data plane with Chariot's model naming, request ids and not-found messages, shared by REST
     and gRPC."""
 
-    def __init__(self, inner: DataPlane, *, model_name: str, pinned: bool):
+    def __init__(self, inner: DataPlane, model_registry: Any, *, model_name: str, pinned: bool):
         self._inner = inner
+        self.model_registry = model_registry
         self.model_name = model_name
         self._pinned = pinned
         self.workers: WorkerWatch | None = None  # set when the model runs in parallel workers
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
+    async def live(self) -> bool:
+        return await self._inner.live()
+
+    async def metadata(self) -> MetadataServerResponse:
+        return await self._inner.metadata()
+
+    async def infer_stream(self, payload: Any, name: str, version: str | None = None):
+        raise ChariotError(
+            "this engine does not stream: send each request to /v2/models/<name>/infer (or gRPC ModelInfer)", 501
+        )
 
     def resolve(self, name: str) -> str:
         """Chariot addresses the model as m-<id> with an id chosen at deploy time; any such name reaches the
@@ -159,12 +193,12 @@ class ChariotDataPlane:
             payload.id = header_request_id(headers or {})
         with self.named(name, version) as resolved:
             # Names and versions that are not served end here, before MLServer makes metric labels of them.
-            await self._inner._model_registry.get_model(resolved, version)
+            await self.model_registry.get_model(resolved, version)
             try:
                 response = await self._inner.infer(payload, resolved, version)
             except ModelNotFound:
                 raise
-            except MLServerError as error:
+            except SERVING_ERRORS as error:
                 raise unwrap_worker_error(error) from None
         response.model_name = name
         return response
@@ -175,7 +209,7 @@ class ChariotDataPlane:
             return False
         try:
             return await self.model_ready(self.model_name)
-        except MLServerError:
+        except SERVING_ERRORS:
             return False
 
     async def model_ready(self, name: str, version: str | None = None) -> bool:
@@ -184,13 +218,219 @@ class ChariotDataPlane:
                 return False
             # A model stuck in a predict past CHARIOT_PREDICT_TIMEOUT cannot serve (see ChariotRuntime.stuck). With
             # parallel workers the runtime lives in another process and only its 503 answers say so.
-            model = await self._inner._model_registry.get_model(resolved, version)
+            model = await self.model_registry.get_model(resolved, version)
         return not getattr(model, "stuck", False)
 
     async def model_metadata(self, name: str, version: str | None = None) -> MetadataModelResponse:
         with self.named(name, version) as resolved:
             metadata = await self._inner.model_metadata(resolved, version)
         return metadata.model_copy(update={"name": name})
+
+
+# The HTTP status each error carries, as the gRPC code that means the same thing to a client.
+GRPC_STATUS = {
+    400: grpc.StatusCode.INVALID_ARGUMENT,
+    404: grpc.StatusCode.NOT_FOUND,
+    409: grpc.StatusCode.ALREADY_EXISTS,
+    413: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    422: grpc.StatusCode.FAILED_PRECONDITION,
+    429: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    500: grpc.StatusCode.INTERNAL,
+    501: grpc.StatusCode.UNIMPLEMENTED,
+    503: grpc.StatusCode.UNAVAILABLE,
+    504: grpc.StatusCode.DEADLINE_EXCEEDED,
+}
+
+
+def grpc_status(http_status: int) -> grpc.StatusCode:
+    if http_status in GRPC_STATUS:
+        return GRPC_STATUS[http_status]
+    return grpc.StatusCode.INVALID_ARGUMENT if 400 <= http_status < 500 else grpc.StatusCode.INTERNAL
+
+
+def _aborts_with_status(method: Callable) -> Callable:
+    """Turn an error into the gRPC status matching its HTTP status, with the message REST would give."""
+
+    @functools.wraps(method)
+    async def call(self, request, context):
+        try:
+            return await method(self, request, context)
+        except aio.AbortError:
+            raise
+        except SERVING_ERRORS as error:
+            if error.status_code >= 500:
+                logger.error("%s failed: %s", method.__name__, error)
+            await context.abort(grpc_status(error.status_code), str(error))
+        except Exception as error:
+            logger.exception("%s failed", method.__name__)
+            await context.abort(grpc.StatusCode.INTERNAL, f"internal error: {type(error).__name__}: {error}")
+
+    return call
+
+
+def _wider_parameters(parameters) -> None:
+    """MLServer's gRPC schema knows bool, int64 and string parameters; clients built on the full Open Inference
+    Protocol (tritonclient) also send double and uint64 ones, which arrive as unknown fields and would be lost.
+    They are read here: a double becomes its decimal string (as a JSON client's number reads), a uint64 an int64."""
+    for key in list(parameters):
+        parameter = parameters[key]
+        if parameter.WhichOneof("parameter_choice") is not None:
+            continue
+        for field in UnknownFieldSet(parameter):
+            if field.field_number == 4 and field.wire_type == 1:  # double_param
+                parameters[key].string_param = repr(struct.unpack("<d", struct.pack("<Q", field.data))[0])
+            elif field.field_number == 5 and field.wire_type == 0 and field.data < 2**63:  # uint64_param
+                parameters[key].int64_param = field.data
+
+
+def parse_infer_request(request: pb.ModelInferRequest) -> InferenceRequest:
+    """The request as the data plane takes it; a malformed `raw_input_contents` is the client's mistake."""
+    _wider_parameters(request.parameters)
+    for tensor in request.inputs:
+        _wider_parameters(tensor.parameters)
+    if request.raw_input_contents and len(request.raw_input_contents) != len(request.inputs):
+        raise BadRequest(
+            f"raw_input_contents has {len(request.raw_input_contents)} entries for {len(request.inputs)} inputs:"
+            " send one entry per input, in input order"
+        )
+    try:
+        return ModelInferRequestConverter.to_types(request)
+    except Exception as error:  # noqa: BLE001 - the converter raises struct and index errors on bad raw bytes
+        raise BadRequest(
+            f"raw_input_contents could not be read ({type(error).__name__}: {error}): each BYTES element must be"
+            " a 4-byte little-endian length followed by that many bytes"
+        ) from None
+
+
+class ChariotInferenceServicer(GRPCInferenceServiceServicer):
+    """Every call answers with a status code a client can act on (MLServer leaves some errors UNKNOWN), and
+    inference returns each image's results as one JSON-encoded BYTES element."""
+
+    def __init__(self, data_plane: ChariotDataPlane, model_repository_handlers: ChariotRepositoryHandlers):
+        super().__init__()
+        self._data_plane = data_plane
+        self._model_repository_handlers = model_repository_handlers
+
+    @_aborts_with_status
+    async def ServerLive(self, request, context) -> pb.ServerLiveResponse:
+        return pb.ServerLiveResponse(live=await self._data_plane.live())
+
+    @_aborts_with_status
+    async def ServerReady(self, request, context) -> pb.ServerReadyResponse:
+        return pb.ServerReadyResponse(ready=await self._data_plane.ready())
+
+    @_aborts_with_status
+    async def ModelReady(self, request, context) -> pb.ModelReadyResponse:
+        return pb.ModelReadyResponse(ready=await self._data_plane.model_ready(request.name, request.version))
+
+    @_aborts_with_status
+    async def ServerMetadata(self, request, context) -> pb.ServerMetadataResponse:
+        return ServerMetadataResponseConverter.from_types(await self._data_plane.metadata())
+
+    @_aborts_with_status
+    async def ModelMetadata(self, request, context) -> pb.ModelMetadataResponse:
+        metadata = await self._data_plane.model_metadata(request.name, request.version)
+        return ModelMetadataResponseConverter.from_types(metadata)
+
+    @_aborts_with_status
+    async def ModelInfer(self, request: pb.ModelInferRequest, context) -> pb.ModelInferResponse:
+        started, status, payload = time.perf_counter(), 500, None
+        try:
+            payload = parse_infer_request(request)
+            insert_headers(payload, to_headers(context))
+            response = await self._data_plane.infer(payload, request.model_name, request.model_version or None)
+            status = 200
+        except SERVING_ERRORS as error:
+            status = error.status_code
+            raise
+        finally:
+            # One log line per inference, as REST writes; gRPC has no path, and the status is REST's for the outcome.
+            log_request(
+                protocol="grpc",
+                method="ModelInfer",
+                path=f"/v2/models/{request.model_name}/infer",
+                status=status,
+                started=started,
+                request_id=payload.id if payload is not None else None,
+                model=request.model_name,
+            )
+        # gRPC carries bytes where REST carries JSON values: each result list travels JSON-encoded.
+        for output in response.outputs:
+            output.data.root = [json.dumps(results).encode() for results in output.data.root]
+        headers = extract_headers(response)  # the request id, as REST sends it in its response headers
+        if headers:
+            context.set_trailing_metadata(to_metadata(headers))
+        return ModelInferResponseConverter.from_types(response, use_raw=bool(request.raw_input_contents))
+
+    async def ModelStreamInfer(self, requests_stream, context):
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "this engine serves ModelInfer; streaming is not served")
+        yield  # never reached: the yield makes this the async generator a streaming handler must be
+
+    @_aborts_with_status
+    async def RepositoryIndex(self, request, context) -> pb.RepositoryIndexResponse:
+        index = await self._model_repository_handlers.index(RepositoryIndexRequestConverter.to_types(request))
+        # MLServer's converter writes the state as "State.READY"; REST and the protocol say "READY".
+        return pb.RepositoryIndexResponse(
+            models=[
+                pb.RepositoryIndexResponse.ModelIndex(
+                    name=item.name, version=item.version or "", state=item.state.value, reason=item.reason or ""
+                )
+                for item in index.root
+            ]
+        )
+
+    @_aborts_with_status
+    async def RepositoryModelLoad(self, request, context) -> pb.RepositoryModelLoadResponse:
+        await self._model_repository_handlers.load(request.model_name)
+        return pb.RepositoryModelLoadResponse()
+
+    @_aborts_with_status
+    async def RepositoryModelUnload(self, request, context) -> pb.RepositoryModelUnloadResponse:
+        await self._model_repository_handlers.unload(request.model_name)
+        return pb.RepositoryModelUnloadResponse()
+
+
+def grpc_infer_request(body: dict, model_name: str, *, raw: bool = False):
+    """The gRPC ModelInferRequest carrying the same Chariot request as the REST `body`. gRPC parameters hold no
+    lists, so list values (prompts) travel JSON-encoded, and BYTES strings travel as their bytes; with `raw`,
+    tensor data goes in raw_input_contents. A parameter gRPC cannot hold (an object, null) is a TypeError."""
+
+    def parameter(key: str, value: Any):
+        # MLServer's gRPC schema has no double parameter: a number with a fraction travels as its decimal string.
+        if isinstance(value, list):
+            value = json.dumps(value)
+        elif isinstance(value, float):
+            value = repr(value)
+        kinds = ((bool, "bool_param"), (int, "int64_param"), (str, "string_param"))
+        for kind, field in kinds:
+            if isinstance(value, kind):
+                return pb.InferParameter(**{field: value})
+        raise TypeError(f"gRPC parameters cannot hold {key}={value!r}")
+
+    def fill(target, parameters: dict | None) -> None:
+        for key, value in (parameters or {}).items():
+            target[key].CopyFrom(parameter(key, value))
+
+    def tensor(t: dict) -> dict:
+        data = t.get("data")
+        if t.get("datatype") == "BYTES" and isinstance(data, list):
+            data = [d.encode() if isinstance(d, str) else d for d in data]
+        return {**{k: v for k, v in t.items() if k != "parameters"}, "data": data}
+
+    plain = {k: v for k, v in body.items() if k != "parameters" and v is not None}
+    request = InferenceRequest.model_validate({**plain, "inputs": [tensor(t) for t in body["inputs"]]})
+    message = ModelInferRequestConverter.from_types(request, model_name=model_name, use_raw=raw)
+    # MLServer's converter drops float parameters; all are filled in here.
+    fill(message.parameters, body.get("parameters"))
+    for sent, original in zip(message.inputs, body["inputs"], strict=True):
+        fill(sent.parameters, original.get("parameters"))
+    return message
+
+
+def grpc_infer_results(response) -> dict[str, list]:
+    """Each output's result list from a gRPC ModelInferResponse, whichever field carries the bytes."""
+    answer = ModelInferResponseConverter.to_types(response)
+    return {output.name: json.loads(output.data.root[0]) for output in answer.outputs}
 
 
 class EngineRepository(ModelRepository):
@@ -252,81 +492,6 @@ def _validation_message(exc: RequestValidationError, path: str) -> str:
     return f"{path}: {first['msg']}"
 
 
-class JSONBodies:
-    """Read every POST body but the root /infer's as JSON whatever its Content-Type (`curl -d` labels it form data,
-    and those routes take nothing but JSON), and an empty body as `{}` where no body is needed, as tritonclient sends a
-    repository index."""
-
-    def __init__(self, app):
-        self.app = app
-
-    async def __call__(self, scope, receive, send):
-        if scope["type"] != "http" or scope["method"] != "POST" or scope["path"].rstrip("/") == "/infer":
-            # The root /infer reads its own body: it may be an image file or JSONL as well as JSON.
-            return await self.app(scope, receive, send)
-        headers = [(k, v) for k, v in scope["headers"] if k != b"content-type"]
-        scope = {**scope, "headers": [*headers, (b"content-type", b"application/json")]}
-        # An empty inference body is refused as such; elsewhere (a repository index) it means no options.
-        first = not scope["path"].rstrip("/").endswith("infer")
-
-        async def empty_is_an_object():
-            nonlocal first
-            message = await receive()
-            if first and message["type"] == "http.request" and not message.get("body") and not message.get("more_body"):
-                message = {**message, "body": b"{}"}
-            first = False
-            return message
-
-        await self.app(scope, empty_is_an_object, send)
-
-
-class BodyLimit:
-    """Refuse a request body over the size limit with 413, before reading it when Content-Length says so and
-    as soon as the limit is passed when it does not, so an oversize upload never sits whole in memory."""
-
-    def __init__(self, app, max_bytes: int):
-        self.app = app
-        self.max_bytes = max_bytes
-
-    def _message(self, size: str) -> str:
-        return (
-            f"the request body is {size}, more than this engine's limit of {self.max_bytes:,} bytes:"
-            " send fewer or smaller images per request, or raise CHARIOT_MAX_REQUEST_MB"
-        )
-
-    async def _refuse(self, send, size: str) -> None:
-        response = _error(413, self._message(size))
-        await send({"type": "http.response.start", "status": 413, "headers": response.raw_headers})
-        await send({"type": "http.response.body", "body": response.body})
-
-    async def __call__(self, scope, receive, send):
-        if scope["type"] != "http":
-            return await self.app(scope, receive, send)
-        declared = dict(scope["headers"]).get(b"content-length", b"")
-        if declared.isdigit() and int(declared) > self.max_bytes:
-            return await self._refuse(send, f"{int(declared):,} bytes")
-        received = 0
-        too_large = False
-
-        async def counted_receive():
-            nonlocal received, too_large
-            message = await receive()
-            received += len(message.get("body", b""))
-            if received > self.max_bytes:
-                # End the body here, so the app stops reading; its answer to the cut body is replaced below.
-                too_large = True
-                return {"type": "http.request", "body": b"", "more_body": False}
-            return message
-
-        async def guarded_send(message):
-            if not too_large:
-                await send(message)
-
-        await self.app(scope, counted_receive, guarded_send)
-        if too_large:
-            await self._refuse(send, f"over {self.max_bytes:,} bytes")
-
-
 def install_chariot_routes(app: FastAPI, data_plane: ChariotDataPlane, *, max_request_bytes: int) -> None:
     """Add the paths Chariot calls beside MLServer's V2 routes, and make every error body `{"error": ...}`."""
     endpoints = Endpoints(data_plane)
@@ -359,7 +524,7 @@ def install_chariot_routes(app: FastAPI, data_plane: ChariotDataPlane, *, max_re
             request_id = header_request_id(raw_request.headers) or uuid.uuid4().hex
             note_request_id(request_id)
             results, _ = await predict_images(model, request.parsed, request_id, explain=False)
-        except MLServerError as error:
+        except SERVING_ERRORS as error:
             error = unwrap_worker_error(error)
             message = chariot_v2.reword(str(error), form) if form is not None else str(error)
             return _error(error.status_code, message)
@@ -397,13 +562,32 @@ def install_chariot_routes(app: FastAPI, data_plane: ChariotDataPlane, *, max_re
         ready = await data_plane.ready()
         return JSONResponse({"ready": ready}, status_code=200 if ready else 400)
 
+    async def infer_stream(model_name: str, model_version: str | None = None) -> JSONResponse:
+        # MLServer would answer 200 and then fail inside the stream; the engine says so before anything is sent.
+        with data_plane.named(model_name, model_version) as resolved:
+            await data_plane.model_registry.get_model(resolved, model_version)
+        return _error(
+            501, "this engine does not stream: send each request to /v2/models/<name>/infer (or gRPC ModelInfer)"
+        )
+
+    replaced = ("/v2/health/live", "/v2/health/ready")
     app.router.routes[:] = [
-        r for r in app.router.routes if getattr(r, "path", None) not in ("/v2/health/live", "/v2/health/ready")
+        r
+        for r in app.router.routes
+        if getattr(r, "path", None) not in replaced and not getattr(r, "path", "").endswith("/infer_stream")
     ]
+    for path in (
+        "/v2/models/{model_name}/infer_stream",
+        "/v2/models/{model_name}/versions/{model_version}/infer_stream",
+    ):
+        app.add_api_route(path, infer_stream, methods=["POST"])
     app.add_api_route("/v2/health/live", health_live, methods=["GET"])
     app.add_api_route("/v2/health/ready", health_ready, methods=["GET"])
     app.add_api_route("/infer", infer, methods=["POST"])
     app.add_api_route("/ready", ready, methods=["GET"])
+
+    async def on_engine_error(request: Request, exc: ChariotError) -> JSONResponse:
+        return _error(exc.status_code, str(exc))
 
     async def on_validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
         return _error(400, _validation_message(exc, request.url.path))
@@ -425,62 +609,36 @@ def install_chariot_routes(app: FastAPI, data_plane: ChariotDataPlane, *, max_re
     app.add_middleware(ShortErrors, max_chars=guards().max_error_chars)
     app.add_middleware(Framing)
     install_request_log(app, data_plane.model_name)
+    app.add_exception_handler(ChariotError, on_engine_error)
     app.add_exception_handler(RequestValidationError, on_validation_error)
     app.add_exception_handler(StarletteHTTPException, on_http_error)
     app.add_exception_handler(Exception, on_unhandled)
 
 
-class ChariotServer(MLServer):
+class ChariotServer(EngineServer):
     """MLServer serving one Chariot model, with the Chariot data plane, routes and gRPC service."""
+
+    grpc_servicer = ChariotInferenceServicer
 
     def __init__(self, settings: Settings, *, model: ModelSettings, pinned: bool):
         self._chariot_model = (model, pinned)
+        self.grpc_grace = guards().grpc_grace
+        self.predict_timeout = env_seconds("CHARIOT_PREDICT_TIMEOUT", 60.0)
         super().__init__(settings)
 
-    async def start(self, models_settings: list[ModelSettings]) -> None:
-        """Serve until stopped. MLServer only logs a model that fails to load and shuts down as if asked to; the
-        engine raises ModelLoadFailed instead, so that the process exits non-zero."""
-        failures: list[BaseException] = []
-        load = self._model_registry.load
-
-        async def load_or_record(settings: ModelSettings):
-            try:
-                return await load(settings)
-            except Exception as exc:
-                failures.append(exc)
-                raise
-
-        self._model_registry.load = load_or_record
-        if self._inference_pool_registry is not None:
-            self._data_plane.workers = WorkerWatch(
-                self._inference_pool_registry, env_seconds("CHARIOT_PREDICT_TIMEOUT", 60.0)
-            )
-            self._data_plane.workers.install()
-        await super().start(models_settings)
-        if failures:
-            raise ModelLoadFailed(str(unwrap_worker_error(failures[0]))) from failures[0]
-
-    async def stop(self, sig: int | None = None) -> None:
-        if self._data_plane.workers is not None:
-            self._data_plane.workers.closing = True  # workers that exit now are leaving, not dying
-        await super().stop(sig)
-
-    def _create_servers(self) -> None:
+    def engine_parts(self, data_plane: DataPlane, model_registry: Any):
         model, pinned = self._chariot_model
-        self._data_plane = ChariotDataPlane(self._data_plane, model_name=model.name, pinned=pinned)
-        self._model_repository = EngineRepository(model)
-        self._model_repository_handlers = ChariotRepositoryHandlers(
-            ModelRepositoryHandlers(self._model_repository, self._model_registry), self._data_plane
-        )
-        super()._create_servers()
-        self._grpc_server = ChariotGRPCServer(
-            self._settings, GRPCRequestLog(self._data_plane), self._model_repository_handlers
-        )
-        install_chariot_routes(
-            self._rest_server._app, self._data_plane, max_request_bytes=self._settings.grpc_max_message_length
-        )
-        install_legacy_routes(self._rest_server._app, self._data_plane)
-        close_api_pages(self._rest_server._app, self._metrics_server._app if self._metrics_server else None)
+        chariot_plane = ChariotDataPlane(data_plane, model_registry, model_name=model.name, pinned=pinned)
+        repository = EngineRepository(model)
+        handlers = ChariotRepositoryHandlers(ModelRepositoryHandlers(repository, model_registry), chariot_plane)
+        self._chariot_plane = chariot_plane
+        return chariot_plane, repository, handlers
+
+    def install_routes(self, rest_app: FastAPI, metrics_app: FastAPI | None) -> None:
+        data_plane = self._chariot_plane
+        install_chariot_routes(rest_app, data_plane, max_request_bytes=self.settings.grpc_max_message_length)
+        install_legacy_routes(rest_app, data_plane)
+        close_api_pages(rest_app, metrics_app)
 
 
 def close_api_pages(app: FastAPI, metrics_app: FastAPI | None) -> None:

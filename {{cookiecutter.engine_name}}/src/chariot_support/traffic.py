@@ -171,3 +171,76 @@ class IdleLimitedProtocol(AutoHTTPProtocol):  # h11, or httptools when installed
             transport.close()
             return
         self.timeout_keep_alive_task = self.loop.call_later(self.timeout_keep_alive, self.timeout_keep_alive_handler)
+
+
+class JSONBodies:
+    """Read every POST body but the root /infer's as JSON whatever its Content-Type (`curl -d` labels it form data,
+    and those routes take nothing but JSON), and an empty body as `{}` where no body is needed, as tritonclient sends a
+    repository index."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http" or scope["method"] != "POST" or scope["path"].rstrip("/") == "/infer":
+            # The root /infer reads its own body: it may be an image file or JSONL as well as JSON.
+            return await self.app(scope, receive, send)
+        headers = [(k, v) for k, v in scope["headers"] if k != b"content-type"]
+        scope = {**scope, "headers": [*headers, (b"content-type", b"application/json")]}
+        # An empty inference body is refused as such; elsewhere (a repository index) it means no options.
+        first = not scope["path"].rstrip("/").endswith("infer")
+
+        async def empty_is_an_object():
+            nonlocal first
+            message = await receive()
+            if first and message["type"] == "http.request" and not message.get("body") and not message.get("more_body"):
+                message = {**message, "body": b"{}"}
+            first = False
+            return message
+
+        await self.app(scope, empty_is_an_object, send)
+
+
+class BodyLimit:
+    """Refuse a request body over the size limit with 413, before reading it when Content-Length says so and
+    as soon as the limit is passed when it does not, so an oversize upload never sits whole in memory."""
+
+    def __init__(self, app, max_bytes: int):
+        self.app = app
+        self.max_bytes = max_bytes
+
+    def _message(self, size: str) -> str:
+        return (
+            f"the request body is {size}, more than this engine's limit of {self.max_bytes:,} bytes:"
+            " send fewer or smaller images per request, or raise CHARIOT_MAX_REQUEST_MB"
+        )
+
+    async def _refuse(self, send, size: str) -> None:
+        await _send_error(send, 413, self._message(size))
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        declared = dict(scope["headers"]).get(b"content-length", b"")
+        if declared.isdigit() and int(declared) > self.max_bytes:
+            return await self._refuse(send, f"{int(declared):,} bytes")
+        received = 0
+        too_large = False
+
+        async def counted_receive():
+            nonlocal received, too_large
+            message = await receive()
+            received += len(message.get("body", b""))
+            if received > self.max_bytes:
+                # End the body here, so the app stops reading; its answer to the cut body is replaced below.
+                too_large = True
+                return {"type": "http.request", "body": b"", "more_body": False}
+            return message
+
+        async def guarded_send(message):
+            if not too_large:
+                await send(message)
+
+        await self.app(scope, counted_receive, guarded_send)
+        if too_large:
+            await self._refuse(send, f"over {self.max_bytes:,} bytes")

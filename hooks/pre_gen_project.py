@@ -1,8 +1,10 @@
 """Refuse answers that would bake a broken engine, with one plain sentence and a non-zero exit."""
 
+import importlib.util
 import json
 import re
 import sys
+from pathlib import Path
 
 # Each answer arrives as a JSON string literal (cookiecutter renders this file), so quotes and backslashes are safe;
 # single quotes around it because JSON's own are double (the formatter would swap them).
@@ -15,6 +17,15 @@ ANSWERS = {
     "author_email": json.loads(r'''{{ cookiecutter.author_email | tojson }}'''),
 }
 # fmt: on
+
+# The model id rule is the engine's own, loaded from the support package in this template.
+# fmt: off
+TEMPLATE = Path(json.loads(r'''{{ cookiecutter._repo_dir | tojson }}'''))
+# fmt: on
+_RULE_FILE = next(TEMPLATE.glob("*/src/chariot_support/model_id.py"))
+_SPEC = importlib.util.spec_from_file_location("chariot_model_id", _RULE_FILE)
+MODEL_ID = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(MODEL_ID)
 
 RULES = [
     (
@@ -34,12 +45,7 @@ RULES = [
         "engine_name {value!r} would name the engine's package chariot_support, the support package every engine"
         " already has; choose another name.",
     ),
-    (
-        "model_id",
-        re.compile(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?").fullmatch,
-        "model_id {value!r} cannot stand in the URL path /v2/models/m-<id>: use lowercase letters, digits and"
-        " dashes, not starting or ending with a dash.",
-    ),
+    ("model_id", lambda v: MODEL_ID.problem(v) is None, "{problem}."),
     ("description", lambda v: v.strip() and "\n" not in v, "description must be one non-empty line."),
     ("author", lambda v: v.strip() and "\n" not in v, "author must be one non-empty line."),
     (
@@ -54,7 +60,7 @@ def main() -> int:
     for key, accept, message in RULES:
         value = ANSWERS[key]
         if not accept(value):
-            print(message.format(value=value), file=sys.stderr)
+            print(message.format(value=value, problem=MODEL_ID.problem(value)), file=sys.stderr)
             return 1
     return 0
 

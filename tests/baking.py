@@ -8,15 +8,11 @@ from pathlib import Path
 
 from cookiecutter.main import cookiecutter
 
+from chariot_support.tasks import TaskType
 from template_paths import TEMPLATE_ROOT
 
-TASKS = {
-    "Image Classification": "image_classification",
-    "Object Detection": "object_detection",
-    "Oriented Object Detection": "oriented_object_detection",
-    "Image Segmentation": "image_segmentation",
-    "Image Text to Text": "image_text_to_text",
-}
+# Each task type's name, and the folder of its files in the template (`_tasks/<slug>`).
+TASKS = {task.value: task.value.lower().replace(" ", "_") for task in TaskType}
 # One task bakes under unusual names, so derived names are exercised beyond the defaults.
 ANSWERS = {"Image Segmentation": {"engine_name": "road-damage-2", "model_id": "0a1b2c-seg"}}
 

@@ -6,6 +6,7 @@ import sys
 
 import pytest
 
+from chariot_support.tasks import TaskType
 from template_paths import TEMPLATE_ROOT
 
 
@@ -30,10 +31,11 @@ def bake(tmp_path, *answers):
             "engine_name=chariot-support",
             "engine_name 'chariot-support' would name the engine's package chariot_support",
         ),
-        ("model_id=Demo", "model_id 'Demo' cannot stand in the URL path /v2/models/m-<id>"),
+        ("model_id=Demo", "model id 'Demo' cannot stand in the URL path /v2/models/m-<id>"),
         ("model_id=my/model", "cannot stand in the URL path"),
         ("model_id=a b", "cannot stand in the URL path"),
         ("model_id=demo-", "cannot stand in the URL path"),
+        ("model_id=" + "a" * 64, "is 64 characters long; Chariot's ids are at most 63"),
         ("description= ", "description must be one non-empty line."),
         ("author_email=nobody", "author_email 'nobody' is not an e-mail address."),
     ],
@@ -66,10 +68,6 @@ def test_every_question_is_asked_as_a_sentence_and_package_name_is_derived():
     assert "package_name" not in asked
     for key in asked:
         assert config["__prompts__"][key].endswith(("?", ")")), key
-    assert config["task_type"] == [
-        "Object Detection",
-        "Image Classification",
-        "Oriented Object Detection",
-        "Image Segmentation",
-        "Image Text to Text",
-    ]
+    # Chariot's names, exactly as the support package's TaskType has them; Object Detection is the default.
+    assert sorted(config["task_type"]) == sorted(task.value for task in TaskType)
+    assert config["task_type"][0] == TaskType.OBJECT_DETECTION.value

@@ -16,7 +16,8 @@ import requests
 from mlserver.grpc import dataplane_pb2 as pb
 from mlserver.grpc.dataplane_pb2_grpc import GRPCInferenceServiceStub
 
-from chariot_support.logs import JSONLines, log_level
+from chariot_support.logs import JSONLines
+from chariot_support.settings import EngineSettings
 from chariot_support.testing import chariot_request, encode_image, image_input, run_engine
 
 HERE = Path(__file__).parent
@@ -150,6 +151,6 @@ def test_a_record_with_an_exception_carries_its_traceback():
 
 
 @pytest.mark.parametrize("value, level", [("", logging.INFO), ("debug", logging.DEBUG), (" Error ", logging.ERROR)])
-def test_log_level_reads_the_environment(monkeypatch, value, level):
-    monkeypatch.setenv("CHARIOT_LOG_LEVEL", value)
-    assert log_level() == level
+def test_log_level_reads_the_environment(value, level):
+    chosen = EngineSettings.from_env({"CHARIOT_LOG_LEVEL": value}).log_level
+    assert logging.getLevelName(chosen) == level

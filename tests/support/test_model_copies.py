@@ -31,19 +31,15 @@ class Shared(Locked):
     thread_safe = True
 
 
-def test_how_many_copies(monkeypatch):
-    monkeypatch.delenv("CHARIOT_MODEL_COPIES", raising=False)
+def test_how_many_copies():
     assert copies_wanted(Locked, threads=4) == 1
     assert copies_wanted(Three, threads=4) == 3
-    monkeypatch.setenv("CHARIOT_MODEL_COPIES", "2")
-    assert copies_wanted(Three, threads=4) == 2
-    assert copies_wanted(Shared, threads=4) == 1, "a thread-safe model is shared by every call"
-    monkeypatch.setenv("CHARIOT_MODEL_COPIES", "threads")
-    assert copies_wanted(Locked, threads=4) == 4
+    assert copies_wanted(Three, threads=4, setting="2") == 2
+    assert copies_wanted(Shared, threads=4, setting="2") == 1, "a thread-safe model is shared by every call"
+    assert copies_wanted(Locked, threads=4, setting="threads") == 4
     for bad in ("0", "two", "-1"):
-        monkeypatch.setenv("CHARIOT_MODEL_COPIES", bad)
         with pytest.raises(ValueError, match="CHARIOT_MODEL_COPIES must be a whole number of at least 1, or 'threads'"):
-            copies_wanted(Locked, threads=4)
+            copies_wanted(Locked, threads=4, setting=bad)
 
 
 def test_threads_per_call_share_the_cores():

@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 import requests
 
 from chariot_support.testing import chariot_request, image_input, run_engine
@@ -35,4 +36,24 @@ def test_an_id_that_cannot_stand_in_the_url_stops_the_engine_with_a_reason():
         timeout=60,
     )
     assert result.returncode != 0
-    assert "model id 'no/slashes' cannot stand in /v2/models/m-<id>" in result.stderr
+    assert "model id 'no/slashes' cannot stand in the URL path /v2/models/m-<id>" in result.stderr
+
+
+@pytest.mark.parametrize("model_id", ["a" * 63, "0a1b2c-seg", "demo"])
+def test_the_engine_takes_the_ids_the_bake_takes(model_id):
+    assert model_id_from_env_with(model_id) == model_id
+
+
+@pytest.mark.parametrize("model_id", ["a" * 64, "demo-", "-demo", "my/model", "a b"])
+def test_the_engine_refuses_the_ids_the_bake_refuses(model_id):
+    with pytest.raises(ValueError, match="model id"):
+        model_id_from_env_with(model_id)
+
+
+def model_id_from_env_with(model_id: str) -> str:
+    from chariot_support import model_id as rule
+    from chariot_support.server import model_id_from_env
+
+    chosen = model_id_from_env(model_id)  # no CHARIOT_MODEL_ID in the test environment: the default is checked
+    assert rule.problem(model_id) is None  # the rule the bake hook loads from this same file agrees
+    return chosen

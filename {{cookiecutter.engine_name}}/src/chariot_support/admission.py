@@ -3,17 +3,15 @@ budget, and the threads that predicts past CHARIOT_PREDICT_TIMEOUT keep. Both ar
 
 from __future__ import annotations
 
-import functools
 import logging
-import os
 import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 
 from .decoding import ImageInput, Limits, image_header
 from .errors import ChariotError
+from .settings import EngineSettings
 
 logger = logging.getLogger("chariot_support")
 
@@ -32,74 +30,11 @@ class Overloaded(ChariotError):
     status_code_default = 503
 
 
-def _env(name: str, default: float, kind: type = int, minimum: float = 1) -> float:
-    value = os.environ.get(name, "")
-    if not value:
-        return default
-    try:
-        number = kind(value)
-    except ValueError:
-        raise ValueError(f"environment variable {name} must be a {kind.__name__} number, got {value!r}") from None
-    if not minimum <= number < float("inf"):
-        raise ValueError(f"environment variable {name} must be at least {minimum}, got {value!r}")
-    return number
-
-
-def _flag(name: str) -> bool:
-    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
-
-
-@dataclass(frozen=True)
-class Guards:
-    """The engine's settings against heavy and hostile traffic; defaults fit a pod of 2-4 GiB."""
-
-    # Most pixels the images of one request may decode to: four 12-megapixel photos fit many times over.
-    max_request_pixels: int = 200_000_000
-    # Decoded bytes of all requests in flight, in MiB; a request that does not fit waits, then gets a 503.
-    decode_budget_mb: int = 1024
-    # Seconds a request waits for room in the decode budget, or for a thread, before its 503.
-    admission_wait: float = 2.0
-    # Threads still inside a predict past CHARIOT_PREDICT_TIMEOUT; at the cap the engine is not ready and answers 503.
-    max_stuck_threads: int = 8
-    # Off unless turned on: model repository load/unload, and the API docs pages.
-    repository_api: bool = False
-    api_docs: bool = False
-    # Deepest JSON nesting accepted (a request is a few levels deep; a pixel list six).
-    max_json_depth: int = 64
-    # Longest error message sent back; the rest of a message that quotes the request is cut.
-    max_error_chars: int = 1000
-    # uvicorn: most connections and requests at once (more get a 503), and seconds an idle keep-alive stays open.
-    max_connections: int = 512
-    keep_alive: float = 5.0
-    # Seconds in-flight gRPC calls get to finish on SIGTERM.
-    grpc_grace: float = 30.0
-
-    @classmethod
-    def from_env(cls) -> Guards:
-        return cls(
-            max_request_pixels=_env("CHARIOT_MAX_REQUEST_PIXELS", cls.max_request_pixels),
-            decode_budget_mb=_env("CHARIOT_DECODE_BUDGET_MB", cls.decode_budget_mb),
-            admission_wait=_env("CHARIOT_ADMISSION_WAIT", cls.admission_wait, float, 0),
-            max_stuck_threads=_env("CHARIOT_MAX_STUCK_THREADS", cls.max_stuck_threads),
-            repository_api=_flag("CHARIOT_REPOSITORY_API"),
-            api_docs=_flag("CHARIOT_API_DOCS"),
-            max_connections=_env("CHARIOT_MAX_CONNECTIONS", cls.max_connections),
-            keep_alive=_env("CHARIOT_KEEP_ALIVE", cls.keep_alive, float),
-            grpc_grace=_env("CHARIOT_GRPC_GRACE", cls.grpc_grace, float, 0),
-        )
-
-
-@functools.cache
-def guards() -> Guards:
-    """The settings, read from the environment once per process."""
-    return Guards.from_env()
-
-
 class MemoryBudget:
     """Admits requests while the decoded pixels of those in flight fit the budget; the rest wait briefly, then get
     a 503. A request that could never fit is a 413 that names the setting to raise."""
 
-    def __init__(self, settings: Guards, limits: Limits):
+    def __init__(self, settings: EngineSettings, limits: Limits):
         self._settings = settings
         self._limits = limits
         self._capacity = settings.decode_budget_mb << 20

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import re
 from dataclasses import dataclass
 from enum import StrEnum
@@ -15,10 +14,10 @@ from typing import Any
 from .decoding import _IMAGE_MAGIC as IMAGE_MAGIC
 from .decoding import DEFAULT_LIMITS, Limits, ParsedRequest, Request, Tensor, check_base64, parse_request
 from .errors import BadRequest
+from .settings import config
 from .tasks import TaskType
 
 PARAMETERS_HEADER = "chariot-inference-parameters"
-PROTOCOL_VARIABLE = "CHARIOT_INFERENCE_PROTOCOL"
 JSON_TYPES = ("application/json", "text/json")
 JSONL_TYPES = ("application/jsonl", "application/x-ndjson", "application/ndjson", "application/json-lines")
 # Keys MLServer's Parameters reads as its own fields: as image parameters they would turn an image into text.
@@ -43,12 +42,7 @@ class Form(StrEnum):
 
 
 def protocol_from_env() -> Protocol:
-    value = os.environ.get(PROTOCOL_VARIABLE, "").strip().lower() or Protocol.AUTO.value
-    try:
-        return Protocol(value)
-    except ValueError:
-        allowed = ", ".join(p.value for p in Protocol)
-        raise ValueError(f"environment variable {PROTOCOL_VARIABLE} must be one of {allowed}, got {value!r}") from None
+    return Protocol(config().inference_protocol)
 
 
 def media_type(content_type: str | None) -> str:

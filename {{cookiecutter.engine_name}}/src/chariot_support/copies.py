@@ -3,7 +3,6 @@ copies, each running one call at a time, so that a model that is not thread-safe
 
 from __future__ import annotations
 
-import os
 import queue
 import threading
 import time
@@ -11,12 +10,12 @@ import time
 from .base import ChariotModel
 
 
-def copies_wanted(model_class: type[ChariotModel], threads: int) -> int:
-    """How many copies to load: one for a thread-safe model; else CHARIOT_MODEL_COPIES if set (a number, or
-    `threads` for one per worker thread), else the model's own `copies`."""
+def copies_wanted(model_class: type[ChariotModel], threads: int, setting: str = "") -> int:
+    """How many copies to load: one for a thread-safe model; else CHARIOT_MODEL_COPIES (`setting`) if set (a number,
+    or `threads` for one per worker thread), else the model's own `copies`."""
     if model_class.thread_safe:
         return 1
-    value = os.environ.get("CHARIOT_MODEL_COPIES", "").strip() or str(model_class.copies)
+    value = setting.strip() or str(model_class.copies)
     if value == "threads":
         return threads
     try:

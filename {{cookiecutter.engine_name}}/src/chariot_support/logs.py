@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
 import sys
 import time
@@ -15,9 +14,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from .internals import current_model_name
+from .settings import config
 
-LEVEL_VARIABLE = "CHARIOT_LOG_LEVEL"
-LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 HANDLER_NAME = "chariot_json_lines"
 requests_logger = logging.getLogger("chariot_support.requests")
 
@@ -48,10 +46,7 @@ class JSONLines(logging.Formatter):
 
 
 def log_level() -> int:
-    value = os.environ.get(LEVEL_VARIABLE, "").strip().upper() or "INFO"
-    if value not in LEVELS:
-        raise ValueError(f"environment variable {LEVEL_VARIABLE} must be one of {', '.join(LEVELS)}, got {value!r}")
-    return logging.getLevelName(value)
+    return logging.getLevelName(config().log_level)
 
 
 def configure_logging() -> None:

@@ -7,7 +7,6 @@ import importlib
 import itertools
 import json
 import logging
-import os
 import queue
 import threading
 import time
@@ -21,12 +20,13 @@ import cv2
 from mlserver import MLModel
 from mlserver.types import InferenceRequest, InferenceResponse, Parameters, ResponseOutput
 
-from .admission import MemoryBudget, Overloaded, StuckThreads, guards
+from .admission import MemoryBudget, Overloaded, StuckThreads
 from .base import ChariotModel
 from .copies import ModelCopies, copies_wanted, threads_per_call
 from .decoding import Image, ImageInput, Limits, ParsedRequest, decode_image, parse_request
 from .errors import ChariotError, InvalidResult, ModelBusy, ModelLoadFailed, PredictFailed, PredictTimeout
 from .logs import note_request_id
+from .settings import config
 from .tasks import TaskType, select, to_dicts, validate_results
 
 logger = logging.getLogger("chariot_support")
@@ -40,19 +40,6 @@ def import_model_class(path: str) -> type[ChariotModel]:
     if not isinstance(getattr(model_class, "task_type", None), TaskType):
         raise TypeError(f"{path}.task_type must be one of {[t.value for t in TaskType]}")
     return model_class
-
-
-def env_int(name: str, default: int) -> int:
-    value = os.environ.get(name, "")
-    if not value:
-        return default
-    try:
-        number = int(value)
-    except ValueError:
-        raise ValueError(f"environment variable {name} must be a whole number, got {value!r}") from None
-    if number < 1:
-        raise ValueError(f"environment variable {name} must be at least 1, got {number}")
-    return number
 
 
 def load_failure(model_class: type, model_dir: Path, exc: BaseException) -> str:
@@ -85,24 +72,11 @@ def validate_explanations(explanations: Any, count: int) -> list[dict]:
 
 
 def engine_limits() -> Limits:
+    """The request limits the engine's settings give."""
+    chosen = config()
     return Limits(
-        max_inputs=env_int("CHARIOT_MAX_INPUTS", Limits.max_inputs),
-        max_image_pixels=env_int("CHARIOT_MAX_IMAGE_PIXELS", Limits.max_image_pixels),
-        max_elements=env_int("CHARIOT_MAX_ELEMENTS", Limits.max_elements),
+        max_inputs=chosen.max_inputs, max_image_pixels=chosen.max_image_pixels, max_elements=chosen.max_elements
     )
-
-
-def env_seconds(name: str, default: float) -> float:
-    value = os.environ.get(name, "")
-    if not value:
-        return default
-    try:
-        seconds = float(value)
-    except ValueError:
-        raise ValueError(f"environment variable {name} must be a positive number of seconds, got {value!r}") from None
-    if not 0 < seconds < float("inf"):
-        raise ValueError(f"environment variable {name} must be a positive number of seconds, got {value!r}")
-    return seconds
 
 
 @dataclass
@@ -170,9 +144,9 @@ class ChariotRuntime(MLModel):
         model_class = import_model_class(extra["model_class"])
         self._task = model_class.task_type
         self._limits = engine_limits()
-        threads = env_int("CHARIOT_THREADS", os.cpu_count() or 1)
-        count = copies_wanted(model_class, threads)
-        model_dir = Path(os.environ.get("MODEL_DIR", "/mnt/models"))
+        threads = config().threads
+        count = copies_wanted(model_class, threads, config().model_copies)
+        model_dir = config().model_dir
         if not model_dir.is_dir():
             logger.warning(
                 "MODEL_DIR is %s, which does not exist: the model loads with no files. If it reads weights or labels,"
@@ -196,9 +170,9 @@ class ChariotRuntime(MLModel):
             instances.append(instance)
         self._copies = ModelCopies(instances, shared=model_class.thread_safe)
         # Decoding and most predict work release the GIL, so threads keep both cores busy.
-        self._workers = _Workers(threads, StuckThreads(guards().max_stuck_threads))
-        self._budget = MemoryBudget(guards(), self._limits)
-        self._timeout = env_seconds("CHARIOT_PREDICT_TIMEOUT", 60.0)
+        self._workers = _Workers(threads, StuckThreads(config().max_stuck_threads))
+        self._budget = MemoryBudget(config(), self._limits)
+        self._timeout = config().predict_timeout
         self._state_lock = threading.Lock()  # orders the timeout's view of a call against the call finishing
         where = f"from {model_dir}" if model_dir.is_dir() else f"without files ({model_dir} does not exist)"
         copies = "" if model_class.thread_safe else f", {count} cop{'y' if count == 1 else 'ies'}"

@@ -7,7 +7,6 @@ import functools
 import json
 import logging
 import os
-import re
 import struct
 import time
 import uuid
@@ -50,7 +49,7 @@ from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from . import chariot_v2
-from .admission import guards
+from . import model_id as model_id_rule
 from .base import ChariotModel
 from .errors import BadRequest, ChariotError, ModelLoadFailed, NotFound
 from .internals import (
@@ -64,12 +63,12 @@ from .internals import (
 )
 from .legacy import install_legacy_routes
 from .logs import configure_logging, header_request_id, install_request_log, log_request, note_request_id
-from .runtime import engine_limits, env_int, env_seconds, import_model_class
+from .runtime import engine_limits, import_model_class
+from .settings import config
 from .traffic import BodyLimit, BodyShape, Framing, IdleLimitedProtocol, JSONBodies, ShortErrors
 
 logger = logging.getLogger("chariot_support")
 
-MODEL_ID_PATTERN = re.compile(r"[a-z0-9]([a-z0-9-]*[a-z0-9])?")
 PROTOCOL = "chariot-v2-kserve"
 
 # MLServer's own defaults that an engine changes; an MLSERVER_* environment variable still wins.
@@ -82,7 +81,6 @@ ENGINE_DEFAULTS: dict[str, Any] = {
     "grpc_port": 8081,
     "metrics_port": 8082,
 }
-DEFAULT_MAX_REQUEST_MB = 64  # eight 12-megapixel JPEGs in base64, with room to spare
 
 
 def engine_settings() -> Settings:
@@ -90,7 +88,7 @@ def engine_settings() -> Settings:
     size: it becomes gRPC's message limit, and the REST body limit is read back from there."""
     defaults = {
         **ENGINE_DEFAULTS,
-        "grpc_max_message_length": env_int("CHARIOT_MAX_REQUEST_MB", DEFAULT_MAX_REQUEST_MB) << 20,
+        "grpc_max_message_length": config().max_request_mb << 20,
     }
     overrides = {k: v for k, v in defaults.items() if f"MLSERVER_{k.upper()}" not in os.environ}
     settings = Settings(**overrides)
@@ -98,8 +96,8 @@ def engine_settings() -> Settings:
     # seconds, and the most of an unfinished request's headers held per connection.
     set_uvicorn_options(
         settings,
-        limit_concurrency=guards().max_connections,
-        timeout_keep_alive=guards().keep_alive,
+        limit_concurrency=config().max_connections,
+        timeout_keep_alive=config().keep_alive,
         h11_max_incomplete_event_size=64 << 10,
         http=IdleLimitedProtocol,
     )
@@ -107,11 +105,10 @@ def engine_settings() -> Settings:
 
 
 def model_id_from_env(default_model_id: str) -> str:
-    model_id = os.environ.get("CHARIOT_MODEL_ID", "").strip().lower() or default_model_id
-    if not MODEL_ID_PATTERN.fullmatch(model_id):
-        raise ValueError(
-            f"model id {model_id!r} cannot stand in /v2/models/m-<id>: use lowercase letters, digits and dashes"
-        )
+    model_id = config().model_id.lower() or default_model_id
+    wrong = model_id_rule.problem(model_id)
+    if wrong:
+        raise ValueError(wrong)
     return model_id
 
 
@@ -123,7 +120,7 @@ def model_settings(model_class: type[ChariotModel], model_id: str) -> ModelSetti
         )
     image = MetadataTensor(name="image", datatype="BYTES", shape=[1], parameters={"content_type": "base64"})
     result = MetadataTensor(name="image", datatype="BYTES", shape=[1], parameters={"content_type": "json"})
-    version = os.environ.get("CHARIOT_MODEL_VERSION", "1")
+    version = config().model_version
     return ModelSettings(
         name=f"m-{model_id}",
         implementation="chariot_support.runtime.ChariotRuntime",
@@ -163,7 +160,7 @@ class ChariotDataPlane:
     def resolve(self, name: str) -> str:
         """Chariot addresses the model as m-<id> with an id chosen at deploy time; any such name reaches the
         one model this engine serves, unless CHARIOT_MODEL_ID pinned it."""
-        if not self._pinned and name.startswith("m-") and MODEL_ID_PATTERN.fullmatch(name[2:]):
+        if not self._pinned and name.startswith("m-") and model_id_rule.PATTERN.fullmatch(name[2:]):
             return self.model_name
         return name
 
@@ -462,7 +459,7 @@ class ChariotRepositoryHandlers:
     @staticmethod
     def _check_open(verb: str) -> None:
         # Anyone who reaches the port could unload the model; the control plane is opt-in.
-        if not guards().repository_api:
+        if not config().repository_api:
             raise ChariotError(f"repository {verb} is turned off on this engine; set CHARIOT_REPOSITORY_API=1", 403)
 
     async def load(self, name: str) -> bool:
@@ -603,10 +600,10 @@ def install_chariot_routes(app: FastAPI, data_plane: ChariotDataPlane, *, max_re
         logger.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
         return _error(500, f"internal error: {type(exc).__name__}: {exc}")
 
-    app.add_middleware(BodyShape, max_elements=engine_limits().max_elements, max_depth=guards().max_json_depth)
+    app.add_middleware(BodyShape, max_elements=engine_limits().max_elements, max_depth=config().max_json_depth)
     app.add_middleware(JSONBodies)
     app.add_middleware(BodyLimit, max_bytes=max_request_bytes)
-    app.add_middleware(ShortErrors, max_chars=guards().max_error_chars)
+    app.add_middleware(ShortErrors, max_chars=config().max_error_chars)
     app.add_middleware(Framing)
     install_request_log(app, data_plane.model_name)
     app.add_exception_handler(ChariotError, on_engine_error)
@@ -622,8 +619,8 @@ class ChariotServer(EngineServer):
 
     def __init__(self, settings: Settings, *, model: ModelSettings, pinned: bool):
         self._chariot_model = (model, pinned)
-        self.grpc_grace = guards().grpc_grace
-        self.predict_timeout = env_seconds("CHARIOT_PREDICT_TIMEOUT", 60.0)
+        self.grpc_grace = config().grpc_grace
+        self.predict_timeout = config().predict_timeout
         super().__init__(settings)
 
     def engine_parts(self, data_plane: DataPlane, model_registry: Any):
@@ -648,7 +645,7 @@ def close_api_pages(app: FastAPI, metrics_app: FastAPI | None) -> None:
     def served(path: str) -> bool:
         if path.endswith(("/generate", "/generate_stream")):
             return False
-        return guards().api_docs or not (path == "/openapi.json" or "/docs" in path or path == "/redoc")
+        return config().api_docs or not (path == "/openapi.json" or "/docs" in path or path == "/redoc")
 
     for each in (app, metrics_app):
         if each is not None:
@@ -659,7 +656,7 @@ async def _serve(model_class: type[ChariotModel], default_model_id: str) -> None
     settings = engine_settings()
     model_id = model_id_from_env(default_model_id)
     model = model_settings(model_class, model_id)
-    server = ChariotServer(settings, model=model, pinned=bool(os.environ.get("CHARIOT_MODEL_ID")))
+    server = ChariotServer(settings, model=model, pinned=bool(config().model_id))
     configure_logging()  # after MLServer's constructor has set up its logger, so that one is formatted too
     logger.info(
         "serving %s as %s on REST :%s and gRPC :%s",

@@ -9,7 +9,7 @@ import json
 import numpy as np
 from uvicorn.protocols.http.auto import AutoHTTPProtocol
 
-from .admission import guards
+from .settings import config
 
 _BRACKETS = np.zeros(256, np.int8)
 _BRACKETS[[ord("["), ord("{")]] = 1
@@ -167,7 +167,7 @@ class IdleLimitedProtocol(AutoHTTPProtocol):  # h11, or httptools when installed
 
     def connection_made(self, transport) -> None:
         super().connection_made(transport)
-        if len(self.connections) > guards().max_connections:
+        if len(self.connections) > config().max_connections:
             transport.close()
             return
         self.timeout_keep_alive_task = self.loop.call_later(self.timeout_keep_alive, self.timeout_keep_alive_handler)

@@ -1,0 +1,68 @@
+"""The engine's settings are one typed object read once, and the engine README's table of variables matches it."""
+
+import re
+from pathlib import Path
+
+import pytest
+
+from chariot_support.settings import EngineSettings, config
+from template_paths import ENGINE_TEMPLATE
+
+ROW = re.compile(r"^\| `(?P<name>[A-Z_]+)` \| (?P<default>[^|]+) \|")
+
+
+def readme_variables() -> dict[str, str]:
+    text = (ENGINE_TEMPLATE / "README.md").read_text()
+    table = text[text.index("### Environment variables") :].split("\n\n")[1]
+    rows = (ROW.match(line) for line in table.splitlines())
+    return {m["name"]: m["default"].strip() for m in rows if m and not m["name"].startswith("MLSERVER_")}
+
+
+def test_the_readme_lists_every_setting_and_no_other():
+    assert set(readme_variables()) == set(EngineSettings.variables())
+
+
+@pytest.mark.parametrize("name", sorted(EngineSettings.variables()))
+def test_the_readme_gives_each_settings_default(name):
+    default, shown = EngineSettings.variables()[name], readme_variables()[name]
+    if isinstance(default, bool):
+        assert shown == ("on" if default else "off")
+    elif shown.startswith("`"):
+        literal = shown.strip("`")
+        assert type(default)(literal) == default if not isinstance(default, Path) else Path(literal) == default
+    else:  # a description, for defaults that depend on the machine or the model
+        assert default in ("", 0), f"{name}'s default {default!r} is not shown in the README ({shown})"
+
+
+def test_settings_are_read_once():
+    assert config() is config()
+
+
+def test_defaults_and_values_read_from_the_environment():
+    defaults = EngineSettings.from_env({})
+    assert defaults.predict_timeout == 60.0 and defaults.repository_api is False and defaults.threads >= 1
+    chosen = EngineSettings.from_env(
+        {"CHARIOT_PREDICT_TIMEOUT": "2.5", "CHARIOT_REPOSITORY_API": "1", "CHARIOT_THREADS": "3", "MODEL_DIR": "/m"}
+    )
+    assert (chosen.predict_timeout, chosen.repository_api, chosen.threads, chosen.model_dir) == (
+        2.5,
+        True,
+        3,
+        Path("/m"),
+    )
+
+
+@pytest.mark.parametrize(
+    "name, value, message",
+    [
+        ("CHARIOT_THREADS", "many", "CHARIOT_THREADS must be a whole number, at least 1, got 'many'"),
+        ("CHARIOT_THREADS", "0", "CHARIOT_THREADS must be a whole number, at least 1, got '0'"),
+        ("CHARIOT_PREDICT_TIMEOUT", "0", "CHARIOT_PREDICT_TIMEOUT must be a positive number of seconds, got '0'"),
+        ("CHARIOT_PREDICT_TIMEOUT", "inf", "CHARIOT_PREDICT_TIMEOUT must be a positive number of seconds"),
+        ("CHARIOT_GRPC_GRACE", "-1", "CHARIOT_GRPC_GRACE must be a number of seconds, at least 0, got '-1'"),
+        ("CHARIOT_INFERENCE_PROTOCOL", "v3", "must be one of auto, chariot-v2-kserve, chariot-v2, got 'v3'"),
+    ],
+)
+def test_a_value_that_cannot_be_used_names_the_variable(name, value, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        EngineSettings.from_env({name: value})

@@ -1,0 +1,116 @@
+"""The engine's settings: one typed object, read from the environment once per process.
+
+Each field names its environment variable; the engine README's table of variables is checked against this one
+(`tests/support/test_settings.py`). MLServer's own MLSERVER_* variables are MLServer's, read by MLServer.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+PROTOCOLS = ("auto", "chariot-v2-kserve", "chariot-v2")
+
+
+def _setting(env: str, default: Any, *, minimum: float = 1, above: bool = False, choices: tuple[str, ...] = ()) -> Any:
+    """A field read from `env`: numbers at least `minimum` (more than it, when `above`), strings among `choices`."""
+    return field(default=default, metadata={"env": env, "minimum": minimum, "above": above, "choices": choices})
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    """What an engine can be told through its environment; the defaults fit a pod of 2-4 GiB."""
+
+    # The model
+    model_dir: Path = _setting("MODEL_DIR", Path("/mnt/models"))
+    model_id: str = _setting("CHARIOT_MODEL_ID", "")  # empty: any m-<id> name reaches the model
+    model_version: str = _setting("CHARIOT_MODEL_VERSION", "1")
+    model_copies: str = _setting("CHARIOT_MODEL_COPIES", "")  # empty: the model's own `copies`; or a number, `threads`
+    threads: int = _setting("CHARIOT_THREADS", 0)  # 0: one per CPU
+    log_level: str = _setting("CHARIOT_LOG_LEVEL", "INFO", choices=LOG_LEVELS)
+    inference_protocol: str = _setting("CHARIOT_INFERENCE_PROTOCOL", "auto", choices=PROTOCOLS)
+    # Requests
+    max_request_mb: int = _setting("CHARIOT_MAX_REQUEST_MB", 64)  # eight 12-megapixel JPEGs in base64, with room
+    predict_timeout: float = _setting("CHARIOT_PREDICT_TIMEOUT", 60.0, minimum=0, above=True)
+    max_inputs: int = _setting("CHARIOT_MAX_INPUTS", 64)
+    max_image_pixels: int = _setting("CHARIOT_MAX_IMAGE_PIXELS", 100_000_000)
+    max_elements: int = _setting("CHARIOT_MAX_ELEMENTS", 1_000_000)
+    # Most pixels the images of one request may decode to: four 12-megapixel photos fit many times over.
+    max_request_pixels: int = _setting("CHARIOT_MAX_REQUEST_PIXELS", 200_000_000)
+    # Decoded bytes of all requests in flight, in MiB; a request that does not fit waits, then gets a 503.
+    decode_budget_mb: int = _setting("CHARIOT_DECODE_BUDGET_MB", 1024)
+    # Seconds a request waits for room in the decode budget, or for a thread, before its 503.
+    admission_wait: float = _setting("CHARIOT_ADMISSION_WAIT", 2.0, minimum=0)
+    # Threads still inside a predict past CHARIOT_PREDICT_TIMEOUT; at the cap the engine is not ready and answers 503.
+    max_stuck_threads: int = _setting("CHARIOT_MAX_STUCK_THREADS", 8)
+    # Off unless turned on: model repository load/unload, and the API docs pages.
+    repository_api: bool = _setting("CHARIOT_REPOSITORY_API", False)
+    api_docs: bool = _setting("CHARIOT_API_DOCS", False)
+    # uvicorn: most connections and requests at once (more get a 503), and seconds an idle keep-alive stays open.
+    max_connections: int = _setting("CHARIOT_MAX_CONNECTIONS", 512)
+    keep_alive: float = _setting("CHARIOT_KEEP_ALIVE", 5.0)
+    # Seconds in-flight gRPC calls get to finish on SIGTERM.
+    grpc_grace: float = _setting("CHARIOT_GRPC_GRACE", 30.0, minimum=0)
+
+    # Fixed, not settings: the deepest JSON nesting accepted (a request is a few levels deep, a pixel list six),
+    # and the longest error message sent back.
+    max_json_depth = 64
+    max_error_chars = 1000
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> EngineSettings:
+        """Read every setting from `environ` (the process environment by default); a value that cannot be used is
+        a ValueError naming the variable and what it takes."""
+        environ = os.environ if environ is None else environ
+        values = {}
+        for each in fields(cls):
+            raw = environ.get(each.metadata["env"], "").strip()
+            if raw:
+                values[each.name] = _read(each.metadata, type(each.default), raw)
+        settings = cls(**values)
+        if not settings.threads:
+            settings = cls(**{**values, "threads": os.cpu_count() or 1})
+        return settings
+
+    @classmethod
+    def variables(cls) -> dict[str, Any]:
+        """Each environment variable and its default."""
+        return {each.metadata["env"]: each.default for each in fields(cls)}
+
+
+def _read(metadata: Mapping[str, Any], kind: type, raw: str) -> Any:
+    name, minimum, choices = metadata["env"], metadata["minimum"], metadata["choices"]
+    if kind is bool:
+        return raw.lower() in ("1", "true", "yes", "on")
+    if issubclass(kind, Path):
+        return Path(raw)
+    if kind is str:
+        if choices:
+            value = raw.upper() if choices == LOG_LEVELS else raw.lower()
+            if value not in choices:
+                raise ValueError(f"environment variable {name} must be one of {', '.join(choices)}, got {value!r}")
+            return value
+        return raw
+    if kind is float:
+        wanted = "a positive number of seconds" if metadata["above"] else f"a number of seconds, at least {minimum:g}"
+    else:
+        wanted = f"a whole number, at least {minimum:g}"
+    try:
+        number = kind(raw)
+    except ValueError:
+        raise ValueError(f"environment variable {name} must be {wanted}, got {raw!r}") from None
+    low_enough = number > minimum if metadata["above"] else number >= minimum
+    if not (low_enough and number < float("inf")):
+        raise ValueError(f"environment variable {name} must be {wanted}, got {raw!r}")
+    return number
+
+
+@functools.cache
+def config() -> EngineSettings:
+    """The engine's settings, read from the environment the first time they are asked for."""
+    return EngineSettings.from_env()

@@ -41,10 +41,6 @@ class MemoryBudget:
         self._used = 0
         self._room = threading.Condition()
 
-    @property
-    def used(self) -> int:
-        return self._used
-
     def cost(self, images: Sequence[ImageInput]) -> int:
         """Decoded bytes of `images`, read from their headers alone; a 413 when they can never be served."""
         pixels = 0

@@ -121,6 +121,45 @@ class Request:
     id: str | None = None
 
 
+_REQUEST_KEYS = frozenset(("id", "parameters", "inputs"))
+_INPUT_KEYS = frozenset(("name", "shape", "datatype", "data", "parameters"))
+_DATATYPES = frozenset((*NUMERIC_DTYPES, "BYTES"))
+
+
+def _plain_parameters(value: Any) -> bool:
+    # content_type and headers are fields of the server's parameters model; a body that sets them takes the
+    # server's own reading.
+    return value is None or (isinstance(value, dict) and "content_type" not in value and "headers" not in value)
+
+
+def request_from_json(body: Any) -> Request | None:
+    """A V2 request read from its JSON object when it has exactly the plain shape every client sends (string
+    names, integer shapes, known datatypes, parameter objects): the engine's fast path. Anything else is None,
+    and the caller lets the server's request model read it, with its coercions and its error messages."""
+    if not isinstance(body, dict) or not body.keys() <= _REQUEST_KEYS:
+        return None
+    inputs, request_id = body.get("inputs"), body.get("id")
+    if not isinstance(inputs, list) or not (request_id is None or isinstance(request_id, str)):
+        return None
+    if not _plain_parameters(body.get("parameters")):
+        return None
+    tensors = []
+    for tensor in inputs:
+        if not isinstance(tensor, dict) or not tensor.keys() <= _INPUT_KEYS:
+            return None
+        name, shape, datatype = tensor.get("name"), tensor.get("shape"), tensor.get("datatype")
+        if not (isinstance(name, str) and isinstance(datatype, str) and isinstance(shape, list) and "data" in tensor):
+            return None
+        if datatype not in _DATATYPES:
+            return None
+        if not all(type(d) is int for d in shape) or not _plain_parameters(tensor.get("parameters")):
+            return None
+        tensors.append(
+            Tensor(name=name, data=tensor["data"], shape=shape, datatype=datatype, parameters=tensor.get("parameters"))
+        )
+    return Request(inputs=tensors, parameters=body.get("parameters"), id=request_id)
+
+
 def parameters_of(parameters: Any) -> dict[str, Any]:
     """Parameters as a plain dict, without the transport headers the server tucks into them: a mapping, or the
     server's parameters object (its declared `content_type` and any extra keys)."""

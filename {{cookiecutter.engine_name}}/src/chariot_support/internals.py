@@ -11,12 +11,13 @@ import importlib
 import logging
 import os
 import signal
+from contextlib import asynccontextmanager
 from itertools import cycle
 from typing import Any
 
 from mlserver import MLServer
-from mlserver.context import model_name_var
-from mlserver.errors import MLServerError
+from mlserver.context import model_context, model_name_var
+from mlserver.errors import MLServerError, ModelNotReady
 from mlserver.grpc import server as mlserver_grpc_server
 from mlserver.grpc.server import GRPCServer
 from mlserver.grpc.servicers import InferenceServicer
@@ -25,6 +26,8 @@ from mlserver.parallel.errors import WorkerError, WorkerStop
 from mlserver.parallel.messages import ModelRequestMessage
 from mlserver.parallel.model import ParallelModel
 from mlserver.settings import ModelSettings, Settings
+from mlserver.types import InferenceResponse
+from mlserver.utils import extract_headers
 
 from .errors import ChariotError, ModelLoadFailed, ModelLoading, NotFound, PredictTimeout
 
@@ -208,9 +211,7 @@ async def predict_images(model, request, request_id: str, explain: bool):
     """`ChariotRuntime.predict_images` on the served model, in this process or in the parallel worker it lives in."""
     if not model.ready:
         raise ModelLoading("the model is still loading; try again when GET /v1/models/<name> says ready")
-    if isinstance(model, ParallelModel):
-        return await model._send("predict_images", request, request_id, explain)
-    return await model.predict_images(request, request_id, explain)
+    return await call_runtime(model, "predict_images", request, request_id, explain)
 
 
 def current_model_name() -> str:
@@ -297,3 +298,33 @@ class _EngineGRPCServer(GRPCServer):
     async def stop(self, sig: int | None = None) -> None:
         logger.info("waiting up to %g s for gRPC calls in flight", self._engine.grpc_grace)
         await self._server.stop(grace=self._engine.grpc_grace)
+
+
+@asynccontextmanager
+async def served_inference(data_plane: DataPlane, name: str, version: str | None):
+    """What MLServer's data plane does around an inference, for the engine's own inference route: its request
+    metrics (count, failures, duration) under the model's name, the not-ready check, and the model's context (which
+    names the model in log lines). Yields the model."""
+    duration = data_plane._ModelInferRequestDuration.labels(model=name, version=version).time()
+    failures = data_plane._ModelInferRequestFailure.labels(model=name, version=version).count_exceptions()
+    with duration, failures:
+        model = await data_plane._model_registry.get_model(name, version)
+        if not model.ready:
+            raise ModelNotReady(name, version)
+        with model_context(model.settings):
+            yield model
+        data_plane._ModelInferRequestSuccess.labels(model=name, version=version).inc()
+
+
+async def call_runtime(model, method: str, *args):
+    """A method of the served ChariotRuntime, in this process or in the parallel worker it lives in."""
+    if isinstance(model, ParallelModel):
+        return await model._send(method, *args)
+    return await getattr(model, method)(*args)
+
+
+def response_headers(data_plane: DataPlane, model, request_id: str) -> dict[str, str]:
+    """The headers MLServer's response middlewares (CloudEvents) add to an inference response."""
+    response = InferenceResponse(model_name=model.name, id=request_id, outputs=[])
+    data_plane._inference_middleware.response_middleware(response, model.settings)
+    return extract_headers(response) or {}

@@ -23,7 +23,7 @@ from mlserver.types import InferenceRequest, InferenceResponse, Parameters, Resp
 from .admission import MemoryBudget, Overloaded, StuckThreads
 from .base import ChariotModel
 from .copies import ModelCopies, copies_wanted, threads_per_call
-from .decoding import Image, ImageInput, Limits, ParsedRequest, decode_image, parse_request
+from .decoding import Image, ImageInput, Limits, ParsedRequest, Request, decode_image, parse_request
 from .errors import ChariotError, InvalidResult, ModelBusy, ModelLoadFailed, PredictFailed, PredictTimeout
 from .logs import note_request_id
 from .settings import config
@@ -344,10 +344,36 @@ class ChariotRuntime(MLModel):
             raise PredictFailed(f"explain failed: {type(exc).__name__}: {exc}") from None
         return validate_explanations(explanations, len(images))
 
+    async def infer_body(self, body: Request, request_id: str) -> dict:
+        """The engine's own V2 inference path: a request already read from JSON (see decoding.request_from_json)
+        answered as the JSON object of a V2 response, with no server request or response models in between."""
+        note_request_id(request_id)
+        return await self._within_timeout(request_id, self._infer_body, body, request_id)
+
+    def _answer(self, request: Request, call: _Call) -> tuple[ParsedRequest, list[list[Any]]]:
+        parsed = parse_request(request, self._task, self._limits)
+        with self._budget.admit(parsed.images, call.deadline):
+            _, chosen = self._results(parsed, request.id, call)
+        return parsed, chosen
+
+    def _infer_body(self, body: Request, request_id: str, call: _Call) -> dict:
+        request, chosen = self._answer(body, call)
+        outputs = []
+        for image, results in zip(request.images, chosen, strict=True):
+            output = {"name": image.name, "shape": [1], "datatype": "BYTES", "data": [to_dicts(results)]}
+            if image.metadata is not None:
+                output["parameters"] = {"metadata": image.metadata}
+            outputs.append(output)
+        return {
+            "model_name": self.name,
+            "model_version": self.version,
+            "id": request_id,
+            "parameters": {"metadata": request.metadata} if request.metadata is not None else {},
+            "outputs": outputs,
+        }
+
     def _infer(self, payload: InferenceRequest, call: _Call) -> InferenceResponse:
-        request = parse_request(payload, self._task, self._limits)
-        with self._budget.admit(request.images, call.deadline):
-            _, chosen = self._results(request, payload.id, call)
+        request, chosen = self._answer(payload, call)
         outputs = []
         for image, results in zip(request.images, chosen, strict=True):
             outputs.append(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import json
 import logging
@@ -10,11 +11,12 @@ import os
 import struct
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
 import grpc
+import orjson
 from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -47,17 +49,23 @@ from mlserver.types import (
 from mlserver.utils import extract_headers, insert_headers, install_uvloop_event_loop
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Route
 
 from . import chariot_v2
 from . import model_id as model_id_rule
 from .base import ChariotModel
+from .decoding import Request as V2Request
+from .decoding import request_from_json
 from .errors import BadRequest, ChariotError, ModelLoadFailed, NotFound
 from .internals import (
     SERVING_ERRORS,
     EngineServer,
     WorkerWatch,
+    call_runtime,
     find_model,
     predict_images,
+    response_headers,
+    served_inference,
     set_uvicorn_options,
     unwrap_worker_error,
 )
@@ -199,6 +207,26 @@ class ChariotDataPlane:
                 raise unwrap_worker_error(error) from None
         response.model_name = name
         return response
+
+    async def infer_body(
+        self, body: V2Request, name: str, version: str | None, headers: Mapping[str, str]
+    ) -> tuple[dict, dict[str, str]]:
+        """The engine's own V2 inference: a request read from JSON in, the response's JSON object and headers out,
+        with MLServer's metrics, model context and response headers, and no request or response models."""
+        request_id = body.id or header_request_id(headers) or str(uuid.uuid4())
+        note_request_id(request_id)
+        with self.named(name, version) as resolved:
+            await self.model_registry.get_model(resolved, version)  # before any metric is labelled with the name
+            async with served_inference(self._inner, resolved, version) as model:
+                try:
+                    answer = await call_runtime(
+                        model, "infer_body", dataclasses.replace(body, id=request_id), request_id
+                    )
+                except SERVING_ERRORS as error:
+                    raise unwrap_worker_error(error) from None
+                extra = response_headers(self._inner, model, request_id)
+        answer["model_name"] = name
+        return answer, extra
 
     async def ready(self) -> bool:
         # MLServer calls a server with no models ready; an engine is ready only once its model is loaded.
@@ -473,6 +501,16 @@ class ChariotRepositoryHandlers:
             return await self._inner.unload(resolved)
 
 
+def read_json(body: bytes) -> Any:
+    """A V2 request body read as JSON; an empty or broken one is the client's mistake, said plainly."""
+    if not body.strip():
+        raise BadRequest("the request body must be a JSON object with an 'inputs' list; it is empty")
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise BadRequest(f"the request body is not valid JSON: {exc}") from None
+
+
 def _error(status_code: int, message: str) -> JSONResponse:
     return JSONResponse(status_code=status_code, content={"error": message})
 
@@ -495,10 +533,41 @@ def install_chariot_routes(app: FastAPI, data_plane: ChariotDataPlane, *, max_re
     # Chariot's URL ends in /infer/; MLServer would 307-redirect it to an absolute URL that is wrong behind
     # Chariot's gateway, so the slashed paths are served directly.
     app.router.redirect_slashes = False
-    # FastAPI's add_api_route would override MLServer's route defaults; keep unset and None fields out.
-    lean = {"response_model_exclude_unset": True, "response_model_exclude_none": True}
-    for path in ("/v2/models/{model_name}/infer/", "/v2/models/{model_name}/versions/{model_version}/infer/"):
-        app.add_api_route(path, endpoints.infer, methods=["POST"], **lean)
+    # V2 inference is the engine's own route: the body is read once with orjson into what the runtime takes, and
+    # the answer written the same way, where MLServer's route validates and serialises through pydantic models.
+    infer_paths = [
+        f"/v2/models/{{model_name}}{version}/infer{slash}"
+        for version in ("", "/versions/{model_version}")
+        for slash in ("", "/")
+    ]
+    app.router.routes[:] = [r for r in app.router.routes if getattr(r, "path", None) not in infer_paths]
+
+    async def infer_v2(raw_request: Request, body: bytes, decoded: Any, name: str, version: str | None) -> Response:
+        if decoded is None:
+            decoded = await asyncio.to_thread(read_json, body) if len(body) > 1 << 20 else read_json(body)
+        plain = request_from_json(decoded)
+        if plain is None:  # an unusual body: MLServer's request model reads it, with its coercions and messages
+            try:
+                payload = InferenceRequest.model_validate(decoded)
+            except ValidationError as exc:
+                raise RequestValidationError(exc.errors()) from None
+            raw_response = Response()
+            answer = await endpoints.infer(raw_request, raw_response, payload, name, version)
+            content = answer.model_dump_json(exclude_unset=True, exclude_none=True)
+            extra = {k: v for k, v in raw_response.headers.items() if k not in ("content-length", "content-type")}
+        else:
+            answer, extra = await data_plane.infer_body(plain, name, version, raw_request.headers)
+            content = orjson.dumps(answer, option=orjson.OPT_SERIALIZE_NUMPY)
+        return Response(content, media_type="application/json", headers=extra)
+
+    async def infer_route(raw_request: Request) -> Response:
+        params = raw_request.path_params
+        return await infer_v2(
+            raw_request, await raw_request.body(), None, params["model_name"], params.get("model_version")
+        )
+
+    for path in infer_paths:
+        app.router.routes.append(Route(path, infer_route, methods=["POST"]))
 
     protocol = chariot_v2.protocol_from_env()
     limits = engine_limits()
@@ -529,21 +598,7 @@ def install_chariot_routes(app: FastAPI, data_plane: ChariotDataPlane, *, max_re
         return Response(content, media_type=media_type, headers={"x-request-id": request_id})
 
     async def _infer_kserve(raw_request: Request, raw_response: Response, body: bytes, decoded) -> Response:
-        try:
-            if decoded is not None:
-                payload = InferenceRequest.model_validate(decoded)
-            else:
-                payload = InferenceRequest.model_validate_json(body)
-        except ValidationError as exc:
-            raise RequestValidationError(exc.errors()) from None
-        answer = await endpoints.infer(raw_request, raw_response, payload, data_plane.model_name)
-        response = Response(
-            answer.model_dump_json(exclude_unset=True, exclude_none=True), media_type="application/json"
-        )
-        for key, value in raw_response.headers.items():
-            if key not in ("content-length", "content-type"):
-                response.headers[key] = value
-        return response
+        return await infer_v2(raw_request, body, decoded, data_plane.model_name, None)
 
     async def ready() -> JSONResponse:
         if await data_plane.ready():

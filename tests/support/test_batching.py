@@ -93,7 +93,7 @@ def test_concurrent_requests_share_one_predict_and_get_their_own_results_in_orde
 
 def test_batches_hold_at_most_max_size_images_and_never_split_a_request():
     model = Model()
-    batcher = Batcher(model, max_size=4, max_wait=LONG)
+    batcher = Batcher(model, max_size=4, max_wait=0.2)  # the last batch may not fill
     sent = [[f"{r}.{i}" for i in range(size)] for r, size in enumerate([1, 3, 2, 2, 1, 1, 5, 1])]
     answers = submit_together(batcher, sent)
     assert answers == [[f"result of {image}" for image in images] for images in sent]
@@ -126,6 +126,44 @@ def test_a_request_that_does_not_fit_sends_the_gathering_batch_on_its_way():
         assert second.result(timeout=LONG / 2) == ["result of d", "result of e"]
         assert third.result(timeout=LONG / 2) == ["result of f", "result of g"]
     assert model.calls == [["a", "b", "c"], ["d", "e", "f", "g"]]
+
+
+def test_the_next_batch_keeps_gathering_while_the_model_is_busy():
+    model = Model()
+    busy = threading.Event()
+    free = threading.Event()
+
+    def slow(images, calls):
+        busy.set()
+        free.wait(LONG)
+        return model(images, calls)
+
+    batcher = Batcher(slow, max_size=8, max_wait=0.01, parallel=1)
+    with ThreadPoolExecutor(4) as pool:
+        first = pool.submit(batcher.predict, ["a"], call())
+        assert busy.wait(LONG / 2)
+        later = []
+        for image in "bcd":  # each long after the previous one's wait: they still go together
+            later.append(pool.submit(batcher.predict, [image], call()))
+            time.sleep(0.05)
+        free.set()
+        assert first.result(timeout=LONG / 2) == ["result of a"]
+        assert [f.result(timeout=LONG / 2) for f in later] == [["result of b"], ["result of c"], ["result of d"]]
+    assert model.calls == [["a"], ["b", "c", "d"]]
+
+
+def test_batches_predict_at_once_up_to_the_model_copies():
+    model = Model()
+    both = threading.Barrier(2, timeout=LONG / 2)  # breaks unless two predicts run at the same time
+
+    def meet(images, calls):
+        both.wait()
+        return model(images, calls)
+
+    batcher = Batcher(meet, max_size=2, max_wait=LONG, parallel=2)
+    answers = submit_together(batcher, [["a"], ["b"], ["c"], ["d"]])
+    assert answers == [["result of a"], ["result of b"], ["result of c"], ["result of d"]]
+    assert sorted(len(batch) for batch in model.calls) == [2, 2]
 
 
 @pytest.mark.parametrize(

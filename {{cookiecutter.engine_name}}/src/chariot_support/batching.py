@@ -104,12 +104,14 @@ class _Batch:
 
 class Batcher:
     """Gathers the images of concurrent requests into predict calls of at most `max_size` images, waiting at most
-    `max_wait` seconds for a batch to fill, and splits the results back to each request in order."""
+    `max_wait` seconds for a batch to fill, and splits the results back to each request in order. At most
+    `parallel` batches predict at once (one per model copy); the next keeps gathering meanwhile."""
 
-    def __init__(self, predict: Predict, max_size: int, max_wait: float):
+    def __init__(self, predict: Predict, max_size: int, max_wait: float, parallel: int = 1):
         self.max_size = max_size
         self.max_wait = max_wait
         self._predict = predict
+        self._slots = threading.Semaphore(parallel)
         self._lock = threading.Lock()
         self._gathering: _Batch | None = None
         self._stopped = False
@@ -157,29 +159,59 @@ class Batcher:
         batch.ready.notify_all()
 
     def _lead(self, batch: _Batch, entry: _Entry) -> None:
-        # Past the leader's deadline its client has had its 504: the batch goes then, on the next request's call.
+        # Gather until the batch is full or the wait is over; never past the leader's own deadline, when its client
+        # has had its 504 (the batch then goes as the next request's call).
         end = min(time.monotonic() + self.max_wait, entry.call.deadline)
         with self._lock:
             while not batch.closed and (left := end - time.monotonic()) > 0:
                 batch.ready.wait(left)
-            self._close(batch)
-            now = time.monotonic()
-            live = []
-            for member in batch.entries:
-                if member.gone:
-                    continue
-                if member.call.deadline <= now:  # timed out while it waited: its images are not predicted
-                    member.gone = True
-                    member.error = PredictTimeout(
-                        "the request ran out of CHARIOT_PREDICT_TIMEOUT while it waited for a batch"
-                        " (CHARIOT_MAX_BATCH_WAIT_MS)"
-                    )
-                    member.done.set()
-                    continue
-                member.taken = True
-                live.append(member)
-        if not live:
+        # Then wait for the model: while the batches before this one predict, it keeps gathering up to max_size.
+        if not self._wait_for_model(batch):
             return
+        try:
+            with self._lock:
+                self._close(batch)
+                live = self._take(batch)
+            if live:
+                self._run(live)
+        finally:
+            self._slots.release()
+
+    def _wait_for_model(self, batch: _Batch) -> bool:
+        """Take a turn at the model for `batch`; False when every request in it ran out of time first (they get
+        their 504)."""
+        while True:
+            with self._lock:
+                latest = max((m.call.deadline for m in batch.entries if not m.gone), default=0.0)
+                if latest <= time.monotonic():
+                    self._close(batch)
+                    self._take(batch)
+                    return False
+            # Requests that join meanwhile may wait longer: look again when this one's time is up.
+            if self._slots.acquire(timeout=max(0.0, latest - time.monotonic())):
+                return True
+
+    def _take(self, batch: _Batch) -> list[_Entry]:
+        """The requests of a closed batch still in time (with the lock held); the others get their 504."""
+        now = time.monotonic()
+        live = []
+        for member in batch.entries:
+            if member.gone:
+                continue
+            if member.call.deadline <= now:  # timed out while it waited: its images are not predicted
+                member.gone = True
+                member.error = PredictTimeout(
+                    "the request ran out of CHARIOT_PREDICT_TIMEOUT while it waited for a batch"
+                    " (CHARIOT_MAX_BATCH_WAIT_MS)"
+                )
+                member.done.set()
+                continue
+            member.taken = True
+            live.append(member)
+        return live
+
+    def _run(self, live: list[_Entry]) -> None:
+        """Predict the images of `live` in one call, and hand each request its results, or the error."""
         images = [image for member in live for image in member.images]
         try:
             results = list(self._predict(images, [member.call for member in live]))

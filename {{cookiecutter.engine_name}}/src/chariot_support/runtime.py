@@ -200,7 +200,9 @@ class ChariotRuntime(MLModel):
         self._copies = ModelCopies(instances, shared=model_class.thread_safe)
         batching = batch_settings()
         if batching is not None:
-            self._batcher = Batcher(lambda images, calls: self._predict(images, {}, calls), **vars(batching))
+            self._batcher = Batcher(
+                lambda images, calls: self._predict(images, {}, calls), parallel=self._copies.count, **vars(batching)
+            )
         # Decoding and most predict work release the GIL, so threads keep both cores busy. Requests waiting for
         # their batch hold a thread each, doing nothing: room for one batch in predict and the next gathering.
         extra = 2 * batching.max_size if batching is not None else 0

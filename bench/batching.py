@@ -1,9 +1,10 @@
 """What batching across requests buys a GPU-like model: the engine serving a model whose call costs a fixed part
-plus a little per image (bench/fixed_cost/), driven by 16 concurrent REST clients, with batching off and then on
-(CHARIOT_MAX_BATCH_SIZE, CHARIOT_MAX_BATCH_WAIT_MS). Prints requests/s, p50 and p99 of each, the on/off throughput
-ratio, and the p99 bound the batching aims for: the wait plus two predicts of a full batch.
+plus a little per image (bench/fixed_cost/), driven by 16 concurrent REST clients (bench/load.py, one image per
+request), with batching off and then on (CHARIOT_MAX_BATCH_SIZE, CHARIOT_MAX_BATCH_WAIT_MS). Prints requests/s,
+p50, p99 and images per predict call of each, the on/off throughput ratio, and the p99 bound batching aims for:
+the wait plus two predicts of a full batch.
 
-    python bench/batching.py            # about 40 s
+    python bench/batching.py            # about 30 s; --help for the model's costs and the settings
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ from chariot_support.testing import run_engine  # noqa: E402
 
 def measure(env: dict[str, str], body: Path, clients: int, count: int, duration: float) -> dict:
     path = os.pathsep.join(filter(None, [str(BENCH), str(SUPPORT_SRC), os.environ.get("PYTHONPATH")]))
-    with run_engine("fixed_cost", env={**env, "PYTHONPATH": path}) as engine:
+    calls = body.with_name("calls.txt")
+    with run_engine("fixed_cost", env={**env, "PYTHONPATH": path, "FIXED_COST_CALLS": str(calls)}) as engine:
         command = [
             sys.executable,
             str(BENCH / "load.py"),
@@ -52,7 +54,9 @@ def measure(env: dict[str, str], body: Path, clients: int, count: int, duration:
         if client.stdout.readline().strip() != "warm":
             client.kill()
             raise RuntimeError("the load generator failed to warm up the engine")
+        calls.write_text("")  # the measured calls only
         out, _ = client.communicate("go\n", timeout=duration + 120)
+        sizes = [int(line) for line in calls.read_text().split()]
     result = json.loads(out)
     if result["errors"] or client.returncode:
         raise RuntimeError(f"{len(result['errors'])} requests failed: {result['errors'][:3]}")
@@ -63,6 +67,7 @@ def measure(env: dict[str, str], body: Path, clients: int, count: int, duration:
         "rps": done / result["elapsed"],
         "p50_ms": statistics.median(latencies) * 1000,
         "p99_ms": latencies[min(done - 1, int(round(0.99 * done)) - 1)] * 1000,
+        "images_per_call": statistics.mean(sizes),
     }
 
 
@@ -93,9 +98,12 @@ def main(argv: list[str] | None = None) -> dict:
         f" {args.clients} clients, one {len(image('tiny'))}-byte JPEG per request; batching on ="
         f" CHARIOT_MAX_BATCH_SIZE={args.max_batch} CHARIOT_MAX_BATCH_WAIT_MS={args.wait_ms:g}"
     )
-    print(f"{'batching':<9} {'requests':>8} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8}")
+    print(f"{'batching':<9} {'requests':>8} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'images/predict':>15}")
     for mode, r in results.items():
-        print(f"{mode:<9} {r['requests']:>8} {r['rps']:>8.1f} {r['p50_ms']:>8.1f} {r['p99_ms']:>8.1f}")
+        print(
+            f"{mode:<9} {r['requests']:>8} {r['rps']:>8.1f} {r['p50_ms']:>8.1f} {r['p99_ms']:>8.1f}"
+            f" {r['images_per_call']:>15.1f}"
+        )
     ratio = results["on"]["rps"] / results["off"]["rps"]
     print(f"throughput on/off: {ratio:.2f}x (target >= 3)")
     print(

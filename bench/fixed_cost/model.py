@@ -10,6 +10,7 @@ from chariot_support import ChariotModel, Detection, TaskType
 
 FIXED = float(os.environ.get("FIXED_COST_MS", "20")) / 1000
 PER_IMAGE = float(os.environ.get("PER_IMAGE_MS", "1")) / 1000
+CALLS = os.environ.get("FIXED_COST_CALLS")  # a file to append each call's number of images to
 _device = threading.Lock()
 
 
@@ -22,5 +23,8 @@ class FixedCostModel(ChariotModel):
             with open(os.environ["PROBE"], "a") as f:
                 f.write(f"{len(images)}\n")
         with _device:
+            if CALLS:
+                with open(CALLS, "a") as calls:
+                    calls.write(f"{len(images)}\n")
             time.sleep(FIXED + PER_IMAGE * len(images))
         return [[Detection(label="thing", score=0.9, xmin=0, ymin=0, xmax=1, ymax=1)] for _ in images]

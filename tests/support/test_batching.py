@@ -166,6 +166,30 @@ def test_batches_predict_at_once_up_to_the_model_copies():
     assert sorted(len(batch) for batch in model.calls) == [2, 2]
 
 
+def test_a_hung_predict_holds_up_the_next_batch_only_until_its_requests_time_out():
+    model = Model()
+    hung = threading.Event()
+    release = threading.Event()
+
+    def hangs_first(images, calls):
+        if images == ["hang"]:
+            hung.set()
+            release.wait(LONG)
+        return model(images, calls)
+
+    batcher = Batcher(hangs_first, max_size=8, max_wait=0.01, parallel=1)
+    with ThreadPoolExecutor(2) as pool:
+        stuck = pool.submit(batcher.predict, ["hang"], call(seconds=0.3))
+        assert hung.wait(LONG / 2)
+        # The model is busy, so this batch waits; once the hung batch's request is out of time, it goes.
+        assert batcher.predict(["a"], call()) == ["result of a"]
+        assert not stuck.done(), "the hung predict is still running"
+        release.set()
+        # It returns in the end, as a predict past its timeout does without batching (its client had its 504).
+        assert stuck.result(timeout=LONG / 2) == ["result of hang"]
+    assert model.calls == [["a"], ["hang"]]
+
+
 @pytest.mark.parametrize(
     "model, error, message",
     [

@@ -105,14 +105,18 @@ class _Batch:
 class Batcher:
     """Gathers the images of concurrent requests into predict calls of at most `max_size` images, waiting at most
     `max_wait` seconds for a batch to fill, and splits the results back to each request in order. At most
-    `parallel` batches predict at once (one per model copy); the next keeps gathering meanwhile."""
+    `parallel` batches predict at once (one per model copy); the next keeps gathering meanwhile. A batch whose
+    predict outlives the deadline of every request in it no longer counts: its clients have had their 504, and a
+    hung predict must not hold up the batches after it (the runtime writes off its thread and model copy)."""
 
     def __init__(self, predict: Predict, max_size: int, max_wait: float, parallel: int = 1):
         self.max_size = max_size
         self.max_wait = max_wait
         self._predict = predict
-        self._slots = threading.Semaphore(parallel)
+        self._parallel = parallel
         self._lock = threading.Lock()
+        self._turns = threading.Condition(self._lock)  # a batch finished predicting
+        self._predicting: dict[_Batch, float] = {}  # each batch in predict, and its last request's deadline
         self._gathering: _Batch | None = None
         self._stopped = False
 
@@ -166,30 +170,37 @@ class Batcher:
             while not batch.closed and (left := end - time.monotonic()) > 0:
                 batch.ready.wait(left)
         # Then wait for the model: while the batches before this one predict, it keeps gathering up to max_size.
-        if not self._wait_for_model(batch):
+        live = self._wait_for_model(batch)
+        if not live:
             return
         try:
-            with self._lock:
-                self._close(batch)
-                live = self._take(batch)
-            if live:
-                self._run(live)
+            self._run(live)
         finally:
-            self._slots.release()
-
-    def _wait_for_model(self, batch: _Batch) -> bool:
-        """Take a turn at the model for `batch`; False when every request in it ran out of time first (they get
-        their 504)."""
-        while True:
             with self._lock:
+                self._predicting.pop(batch, None)
+                self._turns.notify_all()
+
+    def _wait_for_model(self, batch: _Batch) -> list[_Entry]:
+        """Take a turn at the model for `batch`, close it, and return its requests still in time; none when every
+        request in it ran out of time first (they get their 504)."""
+        with self._lock:
+            while True:
+                now = time.monotonic()
                 latest = max((m.call.deadline for m in batch.entries if not m.gone), default=0.0)
-                if latest <= time.monotonic():
+                if latest <= now:
                     self._close(batch)
                     self._take(batch)
-                    return False
-            # Requests that join meanwhile may wait longer: look again when this one's time is up.
-            if self._slots.acquire(timeout=max(0.0, latest - time.monotonic())):
-                return True
+                    return []
+                predicting = [deadline for deadline in self._predicting.values() if deadline > now]
+                if len(predicting) < self._parallel:
+                    self._close(batch)
+                    live = self._take(batch)
+                    if live:
+                        self._predicting[batch] = max(member.call.deadline for member in live)
+                    return live
+                # Look again when a batch finishes, one in predict runs out of time, or this one does (requests
+                # that joined meanwhile may give it longer).
+                self._turns.wait(min(min(predicting), latest) - now)
 
     def _take(self, batch: _Batch) -> list[_Entry]:
         """The requests of a closed batch still in time (with the lock held); the others get their 504."""

@@ -5,8 +5,9 @@ of images (a GPU model: the kernel launches and the copy to the device), and cos
 
 Each request still runs on its own worker thread. The first request to find no batch gathering starts one and
 leads it: it waits until the batch holds CHARIOT_MAX_BATCH_SIZE images, or CHARIOT_MAX_BATCH_WAIT_MS has passed,
-then runs predict on the images of every request in the batch, in the order they joined, and hands each request
-its own slice of the results. The others wait for their slice. A request is never split across calls: one that
+then for the model (one batch predicts at a time per model copy; the batch keeps gathering meanwhile), then runs
+predict on the images of every request in the batch, in the order they joined, and hands each request its own
+slice of the results. The others wait for their slice. A request is never split across calls: one that
 does not fit in the gathering batch sends that batch on its way and starts the next, and one with as many images
 as a batch holds goes alone. Requests with tensors (non-image inputs) are not batched: predict takes one set of
 tensors per call.

@@ -282,7 +282,7 @@ def make_runtime(monkeypatch):
     monkeypatch.syspath_prepend(str(HERE))
     runtimes = []
 
-    def make(**env: str) -> ChariotRuntime:
+    def make(model_class: str = "RecordingModel", **env: str) -> ChariotRuntime:
         monkeypatch.setenv("CHARIOT_THREADS", "2")
         for name in ("CHARIOT_MAX_BATCH_SIZE", "CHARIOT_MAX_BATCH_WAIT_MS"):
             monkeypatch.delenv(name, raising=False)
@@ -291,7 +291,7 @@ def make_runtime(monkeypatch):
         settings = ModelSettings(
             name="m-test",
             implementation=ChariotRuntime,
-            parameters=ModelParameters(extra={"model_class": "batching_engine.model:RecordingModel"}),
+            parameters=ModelParameters(extra={"model_class": f"batching_engine.model:{model_class}"}),
         )
         runtime = ChariotRuntime(settings)
         asyncio.run(runtime.load())
@@ -348,6 +348,32 @@ def test_batched_images_keep_their_own_settings(make_runtime):
         [["image-1-x", "call-of-4"]],
         [["image-2-y"], ["image-3-y"]],  # its score_threshold drops the 0.4 result, for its images only
         [["image-4-None", "call-of-4"]],
+    ]
+
+
+def test_batched_images_keep_their_own_action(make_runtime):
+    from batching_engine.model import CALLS
+
+    runtime = make_runtime("RecordingClassifier", CHARIOT_MAX_BATCH_SIZE="3", CHARIOT_MAX_BATCH_WAIT_MS="10000")
+    answers = serve(runtime, payload(1, action="predict_proba"), payload(2), payload(3, action="predict_proba"))
+    assert len(CALLS) == 1
+    assert [labels(a) for a in answers] == [
+        [["image-1-None", "call-of-3"]],  # every label, best first
+        [["image-2-None"]],  # the default action, predict: the best label only
+        [["image-3-None", "call-of-3"]],
+    ]
+
+
+def test_batched_images_keep_their_own_prompts(make_runtime):
+    from batching_engine.model import CALLS
+
+    runtime = make_runtime("RecordingAnswerer", CHARIOT_MAX_BATCH_SIZE="3", CHARIOT_MAX_BATCH_WAIT_MS="10000")
+    answers = serve(runtime, payload(1, prompts=["what?", "where?"]), payload(2, 3, prompts=["who?"]))
+    assert len(CALLS) == 1
+    found = [[[(r["prompt"], r["answer"]) for r in o.data[0]] for o in a.outputs] for a in answers]
+    assert found == [
+        [[("what?", "1-None of 3"), ("where?", "1-None of 3")]],
+        [[("who?", "2-None of 3")], [("who?", "3-None of 3")]],
     ]
 
 

@@ -174,6 +174,7 @@ class ChariotRuntime(MLModel):
         self._task = model_class.task_type
         self._limits = engine_limits()
         threads = env_int("CHARIOT_THREADS", os.cpu_count() or 1)
+        batching = batch_settings()
         count = copies_wanted(model_class, threads)
         model_dir = Path(os.environ.get("MODEL_DIR", "/mnt/models"))
         if not model_dir.is_dir():
@@ -198,7 +199,6 @@ class ChariotRuntime(MLModel):
                 raise ModelLoadFailed(message) from None
             instances.append(instance)
         self._copies = ModelCopies(instances, shared=model_class.thread_safe)
-        batching = batch_settings()
         if batching is not None:
             self._batcher = Batcher(
                 lambda images, calls: self._predict(images, {}, calls), parallel=self._copies.count, **vars(batching)

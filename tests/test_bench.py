@@ -88,3 +88,13 @@ def test_summary_table_and_csv(tmp_path):
         written = list(csv.DictReader(handle))
     assert [r["metric"] for r in written] == ["rps", "p99_ms", "cpu_ms"]
     assert float(written[0]["engine_median"]) == 100 and written[0]["met"] == "False"
+
+
+def test_batching_bench_drives_the_fixed_cost_engine_off_and_on(capsys):
+    import batching
+
+    result = batching.main(["--clients", "4", "--count", "40", "--duration", "20"])
+    assert result["off"]["requests"] == result["on"]["requests"] == 40
+    assert result["off"]["images_per_call"] == 1, "batching is off by default"
+    assert result["on"]["images_per_call"] > 1, "with batching on, requests shared predict calls"
+    assert "throughput on/off" in capsys.readouterr().out

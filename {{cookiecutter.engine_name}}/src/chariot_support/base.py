@@ -40,7 +40,8 @@ class ChariotModel:
         Each `Image` has `pixels` (RGB uint8, H x W x 3), `name`, `action`, `score_threshold`, `prompts` and
         the merged request `parameters`. `tensors` holds the request's non-image inputs by name, decoded to
         their datatype and shape. The engine applies `score_threshold` and the classification `action` to what
-        you return, so return every result you have with its score.
+        you return, so return every result you have with its score. With batching across requests on
+        (CHARIOT_MAX_BATCH_SIZE), `images` may come from several requests: read each image's settings from it.
         """
         raise NotImplementedError(f"{type(self).__name__}.predict is not written yet")
 

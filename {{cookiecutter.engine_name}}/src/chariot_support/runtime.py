@@ -10,7 +10,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +22,7 @@ from mlserver.types import InferenceRequest, InferenceResponse, Parameters, Resp
 
 from .admission import MemoryBudget, Overloaded, StuckThreads
 from .base import ChariotModel
+from .batching import Batcher, batch_settings
 from .copies import ModelCopies, copies_wanted, threads_per_call
 from .decoding import Image, ImageInput, Limits, ParsedRequest, Request, decode_image, parse_request
 from .errors import ChariotError, InvalidResult, ModelBusy, ModelLoadFailed, PredictFailed, PredictTimeout
@@ -139,12 +140,15 @@ class _Workers:
 class ChariotRuntime(MLModel):
     """Loads the author's ChariotModel and answers inference requests with it."""
 
+    _batcher: Batcher | None = None  # batching across requests, when CHARIOT_MAX_BATCH_SIZE is above 1
+
     async def load(self) -> bool:
         extra = self.settings.parameters.extra if self.settings.parameters else {}
         model_class = import_model_class(extra["model_class"])
         self._task = model_class.task_type
         self._limits = engine_limits()
         threads = config().threads
+        batching = batch_settings(config())
         count = copies_wanted(model_class, threads, config().model_copies)
         model_dir = config().model_dir
         if not model_dir.is_dir():
@@ -169,8 +173,14 @@ class ChariotRuntime(MLModel):
                 raise ModelLoadFailed(message) from None
             instances.append(instance)
         self._copies = ModelCopies(instances, shared=model_class.thread_safe)
-        # Decoding and most predict work release the GIL, so threads keep both cores busy.
-        self._workers = _Workers(threads, StuckThreads(config().max_stuck_threads))
+        if batching is not None:
+            self._batcher = Batcher(
+                lambda images, calls: self._predict(images, {}, calls), parallel=self._copies.count, **vars(batching)
+            )
+        # Decoding and most predict work release the GIL, so threads keep both cores busy. Requests waiting for
+        # their batch hold a thread each, doing nothing: room for one batch in predict and the next gathering.
+        extra = 2 * batching.max_size if batching is not None else 0
+        self._workers = _Workers(threads + extra, StuckThreads(config().max_stuck_threads))
         self._budget = MemoryBudget(config(), self._limits)
         self._timeout = config().predict_timeout
         self._state_lock = threading.Lock()  # orders the timeout's view of a call against the call finishing
@@ -187,6 +197,8 @@ class ChariotRuntime(MLModel):
 
     async def unload(self) -> bool:
         workers = getattr(self, "_workers", None)  # none when the model failed to load
+        if self._batcher is not None:
+            self._batcher.stop()
         if workers is not None:
             workers.shutdown()
         return True
@@ -312,18 +324,10 @@ class ChariotRuntime(MLModel):
             )
             for i, p in zip(request.images, pixels, strict=True)
         ]
-        try:
-            results = self._call_model(call, "predict", images, request.tensors)
-        except ChariotError:
-            raise
-        except Exception as exc:
-            logger.exception("predict failed for request %s", request_id)
-            raise PredictFailed(f"predict failed: {type(exc).__name__}: {exc}") from None
-        try:
-            checked = validate_results(self._task, results, [i.name for i in images])
-        except InvalidResult as error:
-            logger.error("predict returned an invalid result for request %s: %s", request_id, error)
-            raise
+        if self._batcher is not None and not request.tensors:
+            checked = self._batcher.predict(images, call)  # maybe in one predict with other requests' images
+        else:
+            checked = self._predict(images, request.tensors, [call])
         chosen = [
             select(
                 self._task, per_image, action=image.action, score_threshold=image.score_threshold, prompts=image.prompts
@@ -331,6 +335,25 @@ class ChariotRuntime(MLModel):
             for image, per_image in zip(request.images, checked, strict=True)
         ]
         return images, chosen
+
+    def _predict(self, images: list[Image], tensors: Mapping[str, Any], calls: list[_Call]) -> list[list[Any]]:
+        """Predict, as the first of `calls` (more than one when requests are batched), and check the results."""
+
+        def who() -> str:
+            return f"request{'s' if len(calls) > 1 else ''} {', '.join(str(c.request_id) for c in calls)}"
+
+        try:
+            results = self._call_model(calls[0], "predict", images, tensors)
+        except ChariotError:
+            raise
+        except Exception as exc:
+            logger.exception("predict failed for %s", who())
+            raise PredictFailed(f"predict failed: {type(exc).__name__}: {exc}") from None
+        try:
+            return validate_results(self._task, results, [i.name for i in images])
+        except InvalidResult as error:
+            logger.error("predict returned an invalid result for %s: %s", who(), error)
+            raise
 
     def _explain(
         self, images: list[Image], request: ParsedRequest, chosen: list[list[Any]], request_id: str, call: _Call

@@ -54,6 +54,10 @@ class EngineSettings:
     # uvicorn: most connections and requests at once (more get a 503), and seconds an idle keep-alive stays open.
     max_connections: int = _setting("CHARIOT_MAX_CONNECTIONS", 512)
     keep_alive: float = _setting("CHARIOT_KEEP_ALIVE", 5.0)
+    # Batching across requests (off at 1): most images gathered into one predict, and the longest a request waits
+    # for others to join it, in milliseconds.
+    max_batch_size: int = _setting("CHARIOT_MAX_BATCH_SIZE", 1)
+    max_batch_wait_ms: float = _setting("CHARIOT_MAX_BATCH_WAIT_MS", 5.0, minimum=0, above=True)
     # Seconds in-flight gRPC calls get to finish on SIGTERM.
     grpc_grace: float = _setting("CHARIOT_GRPC_GRACE", 30.0, minimum=0)
 

@@ -10,9 +10,11 @@ import numpy as np
 import PIL.Image
 import pytest
 from bad_requests import CASES, Parser
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from mlserver.types import InferenceRequest
 
-from chariot_support.decoding import DEFAULT_LIMITS, Limits, decode_image, parse_request
+from chariot_support.decoding import DEFAULT_LIMITS, Limits, _quick_header, decode_image, image_header, parse_request
 from chariot_support.errors import BadRequest
 from chariot_support.tasks import TaskType
 from chariot_support.testing import as_image, encode_image, expect_error
@@ -366,3 +368,36 @@ def test_catalogued_bad_request_is_refused_by_the_parser_for_every_task(case):
         assert status == case.status, (task, body)
         missing = [f for f in case.fragments if f not in body["error"]]
         assert not missing, f"{task.value}: {missing} not in {body['error']!r}"
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    width=st.integers(1, 300),
+    height=st.integers(1, 300),
+    form=st.sampled_from(["PNG", "JPEG", "JPEG progressive", "JPEG with EXIF", "JPEG grey", "PNG grey", "BMP"]),
+)
+def test_the_quick_header_reads_what_pillow_reads(width, height, form):
+    """The engine reads PNG and JPEG sizes from their first bytes; it must agree with Pillow, which reads the rest."""
+    picture = PIL.Image.new("L" if "grey" in form else "RGB", (width, height), 128)
+    buffer = io.BytesIO()
+    kind = form.split()[0]
+    options = {"progressive": True} if "progressive" in form else {}
+    if "EXIF" in form:
+        options["exif"] = PIL.Image.Exif()
+        options["exif"][0x0112] = 6
+    picture.save(buffer, kind, **options)
+    encoded = buffer.getvalue()
+    with PIL.Image.open(io.BytesIO(encoded)) as reference:
+        expected = (*reference.size, reference.format)
+    quick = _quick_header(encoded)
+    assert quick == (expected if kind in ("PNG", "JPEG") else None)
+    assert image_header(encoded, "x") == expected
+
+
+@pytest.mark.parametrize("cut", [2, 8, 16, 23, 40])
+def test_a_header_cut_short_is_left_to_pillow_and_refused(cut):
+    encoded = encode_image(np.zeros((20, 30, 3), np.uint8), ".jpg")
+    raw = base64.b64decode(encoded)[:cut]
+    assert _quick_header(raw) is None
+    with pytest.raises(BadRequest, match="not an image this engine can read"):
+        image_header(raw, "x")

@@ -566,8 +566,8 @@ def install_chariot_routes(app: FastAPI, data_plane: ChariotDataPlane, *, max_re
             raw_request, await raw_request.body(), None, params["model_name"], params.get("model_version")
         )
 
-    for path in infer_paths:
-        app.router.routes.append(Route(path, infer_route, methods=["POST"]))
+    # First in the table: inference is what the engine is for, and the router tries routes in order.
+    app.router.routes[:0] = [Route(path, infer_route, methods=["POST"]) for path in infer_paths]
 
     protocol = chariot_v2.protocol_from_env()
     limits = engine_limits()

@@ -90,7 +90,10 @@ class Server:
             if profile:
                 command = [sys.executable, str(BENCH / "profiled.py"), str(profile), "chariot_engine"]
         else:
-            env["PYTHONPATH"] = os.pathsep.join([str(BENCH / "baseline"), str(engine_src / task)])
+            # bare/ first: MLServer as pip installs it, without the httptools the engine brings into this venv.
+            env["PYTHONPATH"] = os.pathsep.join(
+                [str(BENCH / "baseline" / "bare"), str(BENCH / "baseline"), str(engine_src / task)]
+            )
             command = [str(Path(sys.executable).parent / "mlserver"), "start", str(BENCH / "baseline" / task)]
         self.log = open(log_dir / f"{kind}-{task}.log", "ab")
         self.started = time.perf_counter()

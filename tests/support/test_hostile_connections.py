@@ -8,7 +8,7 @@ import time
 
 import numpy as np
 import requests
-from hostile import HERE
+from hostile import HERE, rss_mib
 
 from chariot_support.testing import chariot_request, image_input, run_engine
 
@@ -56,3 +56,28 @@ def test_error_messages_do_not_echo_the_request():
         assert response.status_code == 400
         assert len(response.json()["error"]) < 1200
         assert "more characters" in response.json()["error"]
+
+
+def test_headers_that_never_end_get_431_and_are_not_held():
+    """A client that sends a header without end: the engine holds at most MAX_HEAD_BYTES of it, answers 431 and
+    closes, and serves others meanwhile."""
+    with run_engine("faulty_engine", src=HERE) as engine:
+        before = rss_mib(engine.process.pid)
+        with socket.create_connection(("127.0.0.1", engine.http_port), timeout=10) as sock:
+            sock.sendall(b"POST /v2/models/m-faulty/infer HTTP/1.1\r\nHost: x\r\nX-Endless: ")
+            sent = 0
+            try:
+                while sent < 200:  # up to 200 MiB, bounded
+                    sock.sendall(b"a" * (1 << 20))
+                    sent += 1
+            except OSError:
+                pass
+            try:
+                answer = sock.recv(4096)
+            except OSError:
+                answer = b""
+        assert sent < 200, "the engine read 200 MiB of one header"
+        assert answer.startswith((b"HTTP/1.1 431", b"HTTP/1.1 400")) or answer == b"", answer[:100]
+        assert rss_mib(engine.process.pid) - before < 64
+        body = json.dumps(chariot_request(image_input("image", PIXELS)))
+        assert requests.post(f"{engine.url}/v2/models/m-faulty/infer", data=body, timeout=10).status_code == 200

@@ -7,6 +7,7 @@ canary per assumption made here: on an MLServer where one no longer holds, that 
 from __future__ import annotations
 
 import asyncio
+import functools
 import importlib
 import logging
 import os
@@ -300,20 +301,30 @@ class _EngineGRPCServer(GRPCServer):
         await self._server.stop(grace=self._engine.grpc_grace)
 
 
+@functools.cache
+def _inference_metrics(data_plane: DataPlane, name: str, version: str | None) -> tuple[Any, Any, Any]:
+    """MLServer's data-plane metrics for one served name, looked up once (the engine serves one model)."""
+    labels = {"model": name, "version": version}
+    return (
+        data_plane._ModelInferRequestDuration.labels(**labels),
+        data_plane._ModelInferRequestFailure.labels(**labels),
+        data_plane._ModelInferRequestSuccess.labels(**labels),
+    )
+
+
 @asynccontextmanager
 async def served_inference(data_plane: DataPlane, name: str, version: str | None):
     """What MLServer's data plane does around an inference, for the engine's own inference route: its request
     metrics (count, failures, duration) under the model's name, the not-ready check, and the model's context (which
     names the model in log lines). Yields the model."""
-    duration = data_plane._ModelInferRequestDuration.labels(model=name, version=version).time()
-    failures = data_plane._ModelInferRequestFailure.labels(model=name, version=version).count_exceptions()
-    with duration, failures:
+    duration, failures, successes = _inference_metrics(data_plane, name, version)
+    with duration.time(), failures.count_exceptions():
         model = await data_plane._model_registry.get_model(name, version)
         if not model.ready:
             raise ModelNotReady(name, version)
         with model_context(model.settings):
             yield model
-        data_plane._ModelInferRequestSuccess.labels(model=name, version=version).inc()
+        successes.inc()
 
 
 async def call_runtime(model, method: str, *args):

@@ -73,7 +73,7 @@ from .legacy import install_legacy_routes
 from .logs import configure_logging, header_request_id, install_request_log, log_request, note_request_id
 from .runtime import engine_limits, import_model_class
 from .settings import config
-from .traffic import BodyLimit, BodyShape, Framing, IdleLimitedProtocol, JSONBodies, ShortErrors
+from .traffic import MAX_HEAD_BYTES, BodyLimit, BodyShape, Framing, IdleLimitedProtocol, JSONBodies, ShortErrors
 
 logger = logging.getLogger("chariot_support")
 
@@ -106,7 +106,7 @@ def engine_settings() -> Settings:
         settings,
         limit_concurrency=config().max_connections,
         timeout_keep_alive=config().keep_alive,
-        h11_max_incomplete_event_size=64 << 10,
+        h11_max_incomplete_event_size=MAX_HEAD_BYTES,
         http=IdleLimitedProtocol,
     )
     return settings

@@ -552,7 +552,13 @@ def install_chariot_routes(app: FastAPI, data_plane: ChariotDataPlane, *, max_re
             except ValidationError as exc:
                 raise RequestValidationError(exc.errors()) from None
             raw_response = Response()
-            answer = await endpoints.infer(raw_request, raw_response, payload, name, version)
+            answer = await endpoints.infer(
+                raw_request=raw_request,
+                raw_response=raw_response,
+                payload=payload,
+                model_name=name,
+                model_version=version,
+            )
             content = answer.model_dump_json(exclude_unset=True, exclude_none=True)
             extra = {k: v for k, v in raw_response.headers.items() if k not in ("content-length", "content-type")}
         else:

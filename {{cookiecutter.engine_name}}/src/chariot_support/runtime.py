@@ -81,6 +81,26 @@ def engine_limits() -> Limits:
     )
 
 
+class _Overran(Exception):
+    """CHARIOT_PREDICT_TIMEOUT passed before the worker thread answered."""
+
+
+def _settle(answer: asyncio.Future, job: Future) -> None:
+    """Hand a finished job's result or error to the request waiting on `answer`, unless it already gave up."""
+    if answer.done():
+        return
+    error = job.exception()
+    if error is not None:
+        answer.set_exception(error)
+    else:
+        answer.set_result(job.result())
+
+
+def _expire(answer: asyncio.Future) -> None:
+    if not answer.done():
+        answer.set_exception(_Overran())
+
+
 @dataclass
 class _Call:
     """One request on its way through a worker thread, as the timeout sees it."""
@@ -226,15 +246,27 @@ class ChariotRuntime(MLModel):
                 " (CHARIOT_MAX_STUCK_THREADS); the engine takes requests again when one returns"
             )
         call = _Call(request_id, time.monotonic() + self._timeout)
+        # One loop future, settled by the worker thread or by the timer, whichever comes first: a fraction of the
+        # cost of wrap_future and wait_for, paid on every request.
+        loop = asyncio.get_running_loop()
+        answer = loop.create_future()
         job = self._workers.submit(work, *args, call)
+        job.add_done_callback(lambda done: loop.call_soon_threadsafe(_settle, answer, done))
+        timer = loop.call_later(self._timeout, _expire, answer)
         try:
-            return await asyncio.wait_for(asyncio.wrap_future(job), self._timeout)
-        except TimeoutError:
+            return await answer
+        except asyncio.CancelledError:
+            job.cancel()  # the request is gone: if its work has not started, it never will
+            raise
+        except _Overran:
+            job.cancel()
             self._overran(job, call)
             raise PredictTimeout(
                 f"predict did not return within {self._timeout:g} s (CHARIOT_PREDICT_TIMEOUT); if the model needs "
                 "longer, raise CHARIOT_PREDICT_TIMEOUT, or send fewer or smaller images per request"
             ) from None
+        finally:
+            timer.cancel()
 
     def _overran(self, job: Future, call: _Call) -> None:
         logger.error("request %s: no answer within CHARIOT_PREDICT_TIMEOUT (%g s)", call.request_id, self._timeout)

@@ -1,7 +1,15 @@
-"""Keep only what the chosen task type needs: its model file, its tests and its worked example."""
+"""Check the model id by the engine's own rule, then keep only what the chosen task type needs: its model file,
+its tests and its worked example. A refused answer exits non-zero, and cookiecutter removes what it wrote."""
 
+import importlib.util
+import json
 import shutil
+import sys
 from pathlib import Path
+
+# fmt: off
+MODEL_ID = json.loads(r'''{{ cookiecutter.model_id | tojson }}''')
+# fmt: on
 
 TASK = "{{ cookiecutter.__task_slug }}"
 PACKAGE = "{{ cookiecutter.__package_name }}"
@@ -11,6 +19,14 @@ DESTINATIONS = {
     "test_task.py": Path("tests") / "test_task.py",
     "example_model.py": Path("examples") / "model.py",
 }
+
+
+def model_id_problem() -> str | None:
+    """What the engine would say of the model id: the rule is src/chariot_support/model_id.py, just written."""
+    spec = importlib.util.spec_from_file_location("chariot_model_id", Path("src/chariot_support/model_id.py"))
+    rule = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(rule)
+    return rule.problem(MODEL_ID)
 
 
 def install_task_files() -> None:
@@ -29,5 +45,9 @@ def remove_other_tasks() -> None:
 
 
 if __name__ == "__main__":
+    problem = model_id_problem()
+    if problem:
+        print(f"{problem}.", file=sys.stderr)
+        sys.exit(1)
     install_task_files()
     remove_other_tasks()

@@ -1,6 +1,7 @@
 """Canaries: each assumption `chariot_support.internals` makes about MLServer's private parts, checked against the
 installed MLServer. On a release where one no longer holds, its test fails saying which and where to look."""
 
+import asyncio
 import inspect
 
 import pytest
@@ -103,8 +104,13 @@ def test_the_grpc_server_keeps_mlservers_interceptors_tracing_included(monkeypat
 
     monkeypatch.setenv("MLSERVER_TRACING_SERVER", "127.0.0.1:4317")
     model_class = DEMO_MODELS[next(iter(DEMO_MODELS))]
-    server = ChariotServer(engine_settings(), model=model_settings(model_class, "x"), pinned=False)
-    server._grpc_server._create_server()
+
+    async def build():  # MLServer's constructor sets signal handlers on the running loop
+        built = ChariotServer(engine_settings(), model=model_settings(model_class, "x"), pinned=False)
+        built._grpc_server._create_server()
+        return built
+
+    server = asyncio.run(build())
     kinds = [type(i).__module__ for i in server._grpc_server._interceptors]
     assert any("opentelemetry" in kind for kind in kinds), kinds
     assert type(server._grpc_server._inference_servicer).__name__ == "ChariotInferenceServicer"

@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 import cv2
 from mlserver import MLModel
-from mlserver.types import InferenceRequest, InferenceResponse, Parameters, ResponseOutput
+from mlserver.types import InferenceRequest, InferenceResponse
 
 from .admission import MemoryBudget, Overloaded, StuckThreads
 from .base import ChariotModel
@@ -340,13 +340,11 @@ class ChariotRuntime(MLModel):
         self, request: ParsedRequest, request_id: str, explain: bool, call: _Call
     ) -> tuple[list[list[dict]], list[dict] | None]:
         with self._budget.admit(request.images, call.deadline):
-            images, chosen = self._results(request, request_id, call)
+            images, chosen = self._results(request, call)
             explanations = self._explain(images, request, chosen, request_id, call) if explain else None
             return [to_dicts(results) for results in chosen], explanations
 
-    def _results(
-        self, request: ParsedRequest, request_id: str | None, call: _Call
-    ) -> tuple[list[Image], list[list[Any]]]:
+    def _results(self, request: ParsedRequest, call: _Call) -> tuple[list[Image], list[list[Any]]]:
         """Decode, predict, check and select: each image's results as the engine answers them."""
         pixels = self._map(lambda i: self._decode(i, call), request.images)
         images = [
@@ -412,11 +410,16 @@ class ChariotRuntime(MLModel):
     def _answer(self, request: Request, call: _Call) -> tuple[ParsedRequest, list[list[Any]]]:
         parsed = parse_request(request, self._task, self._limits)
         with self._budget.admit(parsed.images, call.deadline):
-            _, chosen = self._results(parsed, request.id, call)
+            _, chosen = self._results(parsed, call)
         return parsed, chosen
 
     def _infer_body(self, body: Request, request_id: str, call: _Call) -> dict:
         request, chosen = self._answer(body, call)
+        return self._response(request, chosen, request_id)
+
+    def _response(self, request: ParsedRequest, chosen: list[list[Any]], request_id: str | None) -> dict:
+        """A V2 inference response as its JSON object: each image's results as one BYTES element, metadata passed
+        back on the request and on each image as it came."""
         outputs = []
         for image, results in zip(request.images, chosen, strict=True):
             output = {"name": image.name, "shape": [1], "datatype": "BYTES", "data": [to_dicts(results)]}
@@ -433,21 +436,4 @@ class ChariotRuntime(MLModel):
 
     def _infer(self, payload: InferenceRequest, call: _Call) -> InferenceResponse:
         request, chosen = self._answer(payload, call)
-        outputs = []
-        for image, results in zip(request.images, chosen, strict=True):
-            outputs.append(
-                ResponseOutput(
-                    name=image.name,
-                    shape=[1],
-                    datatype="BYTES",
-                    data=[to_dicts(results)],
-                    parameters=Parameters(metadata=image.metadata) if image.metadata is not None else None,
-                )
-            )
-        return InferenceResponse(
-            model_name=self.name,
-            model_version=self.version,
-            id=payload.id,
-            parameters=Parameters(metadata=request.metadata) if request.metadata is not None else Parameters(),
-            outputs=outputs,
-        )
+        return InferenceResponse.model_validate(self._response(request, chosen, payload.id))

@@ -505,10 +505,7 @@ def read_json(body: bytes) -> Any:
     """A V2 request body read as JSON; an empty or broken one is the client's mistake, said plainly."""
     if not body.strip():
         raise BadRequest("the request body must be a JSON object with an 'inputs' list; it is empty")
-    try:
-        return orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise BadRequest(f"the request body is not valid JSON: {exc}") from None
+    return chariot_v2.read_json(body, "the request body")
 
 
 def _error(status_code: int, message: str) -> JSONResponse:

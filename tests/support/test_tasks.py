@@ -5,7 +5,11 @@ import math
 
 import cv2
 import numpy as np
+import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
 from pydantic import ValidationError
 
 from chariot_support.errors import InvalidResult
@@ -19,6 +23,7 @@ from chariot_support.tasks import (
     contours_from_mask,
     select,
     to_dicts,
+    to_json,
     validate_results,
 )
 from chariot_support.testing import expect_error, same_corners
@@ -61,6 +66,61 @@ def test_results_serialise_to_the_protocol_dicts(result_type, example):
     assert dumped == example
     assert list(dumped) == list(example)
     assert json.loads(json.dumps(dumped)) == example
+    # The engine's own inference route writes the same JSON text straight from the results.
+    assert json.loads(to_json([result_type(**example)])) == [example]
+
+
+LABELS = st.text(min_size=1, max_size=8, alphabet=st.sampled_from(["a", '"', "]", "[", ",", "}", "{", "\\", "é", ":"]))
+CONTOUR = hnp.arrays(
+    st.sampled_from([np.int32, np.int64, np.float32, np.float64]),
+    st.tuples(st.integers(1, 12), st.sampled_from([(2,), (1, 2)])).map(lambda t: (t[0], *t[1])),
+    elements={"min_value": -1e9, "max_value": 1e9, "allow_nan": False, "allow_infinity": False},
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(LABELS, st.floats(0, 1), st.lists(CONTOUR, max_size=4)), max_size=4))
+def test_to_json_writes_what_to_dicts_gives(regions):
+    """Contours are written straight from their arrays by rewriting brackets; whatever the numbers and labels, the
+    text must read back as the dicts every other route sends."""
+    results = [Segmentation(label=label, score=score, contour=contours) for label, score, contours in regions]
+    assert orjson.loads(to_json(results)) == to_dicts(results)
+    assert json.loads(to_json(results)) == json.loads(json.dumps(to_dicts(results)))
+
+
+def test_a_contour_reads_as_a_list_of_point_dicts():
+    (contour,) = Segmentation(label="a", score=0.5, contour=[np.array([[[1, 2]], [[3, 4]], [[5, 6]]])]).contour
+    assert len(contour) == 3
+    assert contour[1] == {"x": 3.0, "y": 4.0}
+    assert contour[-1] == {"x": 5.0, "y": 6.0}
+    assert contour[:2] == [{"x": 1.0, "y": 2.0}, {"x": 3.0, "y": 4.0}]
+    assert [p["x"] for p in contour] == [1.0, 3.0, 5.0]
+    assert contour == [{"x": 1, "y": 2}, {"x": 3, "y": 4}, {"x": 5, "y": 6}]
+    assert contour != [{"x": 1, "y": 2}]
+    assert contour.xy.dtype == np.float64 and contour.xy.shape == (3, 2)
+
+
+@pytest.mark.parametrize(
+    "array, fragment",
+    [
+        (np.zeros((0, 2)), "x, y pairs"),
+        (np.zeros((4, 3)), "got (4, 3)"),
+        (np.zeros(4), "got (4,)"),
+        (np.array([[1.0, np.nan]]), "finite"),
+        (np.array([[1.0, np.inf]]), "finite"),
+        (np.array([["1", "2"]]), "must hold numbers"),
+        (np.array([[True, False]]), "must hold numbers"),
+    ],
+)
+def test_segmentation_refuses_a_contour_array_that_is_not_points(array, fragment):
+    invalid(
+        lambda: validate_results(
+            TaskType.IMAGE_SEGMENTATION, [[{"label": "a", "score": 0.5, "contour": [array]}]], ["photo"]
+        ),
+        "image 0 ('photo')",
+        "field 'contour'",
+        fragment,
+    )
 
 
 @pytest.mark.parametrize("swap", [{"xmin": 6.0}, {"ymax": 1.0}])

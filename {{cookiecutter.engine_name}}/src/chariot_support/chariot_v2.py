@@ -5,7 +5,6 @@ same parsed request as chariot-v2-kserve, answered `{"output": [<results>]}` by 
 from __future__ import annotations
 
 import base64
-import json
 import re
 from dataclasses import dataclass
 from enum import StrEnum
@@ -200,9 +199,9 @@ def reword(message: str, form: Form) -> str:
     return message.replace(": data[0] ", ": 'input' ")
 
 
-def render(results: list[list[dict]], form: Form) -> tuple[bytes, str]:
-    """The body and its media type: `{"output": [...]}` per image, as JSONL lines when the request was JSONL."""
+def render(results: list[bytes], form: Form) -> tuple[bytes, str]:
+    """The body and its media type: `{"output": [...]}` per image (each image's results already JSON text), as
+    JSONL lines when the request was JSONL."""
     if form is Form.JSONL:
-        lines = [json.dumps({"output": r}, allow_nan=False) for r in results]
-        return ("\n".join(lines) + "\n").encode(), "application/jsonl"
-    return json.dumps({"output": results[0]}, allow_nan=False).encode(), "application/json"
+        return b"".join(b'{"output":' + r + b"}\n" for r in results), "application/jsonl"
+    return b'{"output":' + results[0] + b"}", "application/json"

@@ -208,11 +208,11 @@ async def find_model(data_plane, name: str, version: str | None):
     return model
 
 
-async def predict_images(model, request, request_id: str, explain: bool):
+async def predict_images(model, request, request_id: str, explain: bool, as_json: bool = False):
     """`ChariotRuntime.predict_images` on the served model, in this process or in the parallel worker it lives in."""
     if not model.ready:
         raise ModelLoading("the model is still loading; try again when GET /v1/models/<name> says ready")
-    return await call_runtime(model, "predict_images", request, request_id, explain)
+    return await call_runtime(model, "predict_images", request, request_id, explain, as_json)
 
 
 def current_model_name() -> str:

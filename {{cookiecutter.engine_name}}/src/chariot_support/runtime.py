@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import cv2
+import orjson
 from mlserver import MLModel
 from mlserver.types import InferenceRequest, InferenceResponse
 
@@ -29,7 +30,7 @@ from .decoding import Image, ImageInput, Limits, ParsedRequest, Request, decode_
 from .errors import ChariotError, InvalidResult, ModelBusy, ModelLoadFailed, PredictFailed, PredictTimeout
 from .logs import note_request_id
 from .settings import config
-from .tasks import TaskType, select, to_dicts, validate_results
+from .tasks import TaskType, select, to_dicts, to_json, validate_results
 
 logger = logging.getLogger("chariot_support")
 T = TypeVar("T")
@@ -232,11 +233,12 @@ class ChariotRuntime(MLModel):
         return await self._within_timeout(payload.id, self._infer, payload)
 
     async def predict_images(
-        self, request: ParsedRequest, request_id: str, explain: bool = False
-    ) -> tuple[list[list[dict]], list[dict] | None]:
-        """The results the engine answers for each image of an already parsed request, as protocol dicts, and
-        the model's explanation of them when asked; other protocols than V2 call this (also across workers)."""
-        return await self._within_timeout(request_id, self._predict_images, request, request_id, explain)
+        self, request: ParsedRequest, request_id: str, explain: bool = False, as_json: bool = False
+    ) -> tuple[list[list[dict]] | list[bytes], list[dict] | None]:
+        """The results the engine answers for each image of an already parsed request, as protocol dicts (or, with
+        `as_json`, each image's list as JSON text), and the model's explanation of them when asked; other protocols
+        than V2 call this (also across workers)."""
+        return await self._within_timeout(request_id, self._predict_images, request, request_id, explain, as_json)
 
     async def _within_timeout(self, request_id: str | None, work, *args):
         """Run `work(*args, call)` on a worker thread; past CHARIOT_PREDICT_TIMEOUT the client gets a 504."""
@@ -337,12 +339,12 @@ class ChariotRuntime(MLModel):
         return decode_image(image.encoded, f"input '{image.name}'", self._limits)
 
     def _predict_images(
-        self, request: ParsedRequest, request_id: str, explain: bool, call: _Call
-    ) -> tuple[list[list[dict]], list[dict] | None]:
+        self, request: ParsedRequest, request_id: str, explain: bool, as_json: bool, call: _Call
+    ) -> tuple[list[list[dict]] | list[bytes], list[dict] | None]:
         with self._budget.admit(request.images, call.deadline):
             images, chosen = self._results(request, call)
             explanations = self._explain(images, request, chosen, request_id, call) if explain else None
-            return [to_dicts(results) for results in chosen], explanations
+            return [(to_json if as_json else to_dicts)(results) for results in chosen], explanations
 
     def _results(self, request: ParsedRequest, call: _Call) -> tuple[list[Image], list[list[Any]]]:
         """Decode, predict, check and select: each image's results as the engine answers them."""
@@ -401,11 +403,12 @@ class ChariotRuntime(MLModel):
             raise PredictFailed(f"explain failed: {type(exc).__name__}: {exc}") from None
         return validate_explanations(explanations, len(images))
 
-    async def infer_body(self, body: Request, request_id: str) -> dict:
+    async def infer_body(self, body: Request, request_id: str, model_name: str) -> bytes:
         """The engine's own V2 inference path: a request already read from JSON (see decoding.request_from_json)
-        answered as the JSON object of a V2 response, with no server request or response models in between."""
+        answered as the JSON text of a V2 response, written in the worker thread with no server request or response
+        models in between. `model_name` is the name the client called the model by."""
         note_request_id(request_id)
-        return await self._within_timeout(request_id, self._infer_body, body, request_id)
+        return await self._within_timeout(request_id, self._infer_body, body, request_id, model_name)
 
     def _answer(self, request: Request, call: _Call) -> tuple[ParsedRequest, list[list[Any]]]:
         parsed = parse_request(request, self._task, self._limits)
@@ -413,16 +416,21 @@ class ChariotRuntime(MLModel):
             _, chosen = self._results(parsed, call)
         return parsed, chosen
 
-    def _infer_body(self, body: Request, request_id: str, call: _Call) -> dict:
+    def _infer_body(self, body: Request, request_id: str, model_name: str, call: _Call) -> bytes:
         request, chosen = self._answer(body, call)
-        return self._response(request, chosen, request_id)
+        response = self._response(request, chosen, request_id, lambda results: orjson.Fragment(to_json(results)))
+        response["model_name"] = model_name
+        return orjson.dumps(response, option=orjson.OPT_SERIALIZE_NUMPY)
 
-    def _response(self, request: ParsedRequest, chosen: list[list[Any]], request_id: str | None) -> dict:
-        """A V2 inference response as its JSON object: each image's results as one BYTES element, metadata passed
-        back on the request and on each image as it came."""
+    def _response(
+        self, request: ParsedRequest, chosen: list[list[Any]], request_id: str | None, written: Callable = to_dicts
+    ) -> dict:
+        """A V2 inference response as its JSON object: each image's results as one BYTES element (`written` by
+        to_dicts as plain values, or by to_json as JSON text for orjson), metadata passed back on the request and on
+        each image as it came."""
         outputs = []
         for image, results in zip(request.images, chosen, strict=True):
-            output = {"name": image.name, "shape": [1], "datatype": "BYTES", "data": [to_dicts(results)]}
+            output = {"name": image.name, "shape": [1], "datatype": "BYTES", "data": [written(results)]}
             if image.metadata is not None:
                 output["parameters"] = {"metadata": image.metadata}
             outputs.append(output)

@@ -16,7 +16,6 @@ from contextlib import contextmanager
 from typing import Any
 
 import grpc
-import orjson
 from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -210,8 +209,8 @@ class ChariotDataPlane:
 
     async def infer_body(
         self, body: V2Request, name: str, version: str | None, headers: Mapping[str, str]
-    ) -> tuple[dict, dict[str, str]]:
-        """The engine's own V2 inference: a request read from JSON in, the response's JSON object and headers out,
+    ) -> tuple[bytes, dict[str, str]]:
+        """The engine's own V2 inference: a request read from JSON in, the response's JSON text and headers out,
         with MLServer's metrics, model context and response headers, and no request or response models."""
         request_id = body.id or header_request_id(headers) or str(uuid.uuid4())
         note_request_id(request_id)
@@ -220,12 +219,11 @@ class ChariotDataPlane:
             async with served_inference(self._inner, resolved, version) as model:
                 try:
                     answer = await call_runtime(
-                        model, "infer_body", dataclasses.replace(body, id=request_id), request_id
+                        model, "infer_body", dataclasses.replace(body, id=request_id), request_id, name
                     )
                 except SERVING_ERRORS as error:
                     raise unwrap_worker_error(error) from None
                 extra = response_headers(self._inner, model, request_id)
-        answer["model_name"] = name
         return answer, extra
 
     async def ready(self) -> bool:
@@ -559,8 +557,7 @@ def install_chariot_routes(app: FastAPI, data_plane: ChariotDataPlane, *, max_re
             content = answer.model_dump_json(exclude_unset=True, exclude_none=True)
             extra = {k: v for k, v in raw_response.headers.items() if k not in ("content-length", "content-type")}
         else:
-            answer, extra = await data_plane.infer_body(plain, name, version, raw_request.headers)
-            content = orjson.dumps(answer, option=orjson.OPT_SERIALIZE_NUMPY)
+            content, extra = await data_plane.infer_body(plain, name, version, raw_request.headers)
         return Response(content, media_type="application/json", headers=extra)
 
     async def infer_route(raw_request: Request) -> Response:
@@ -592,7 +589,7 @@ def install_chariot_routes(app: FastAPI, data_plane: ChariotDataPlane, *, max_re
             )
             request_id = header_request_id(raw_request.headers) or uuid.uuid4().hex
             note_request_id(request_id)
-            results, _ = await predict_images(model, request.parsed, request_id, explain=False)
+            results, _ = await predict_images(model, request.parsed, request_id, explain=False, as_json=True)
         except SERVING_ERRORS as error:
             error = unwrap_worker_error(error)
             message = chariot_v2.reword(str(error), form) if form is not None else str(error)

@@ -1,5 +1,6 @@
-"""The engine's own V2 inference route answers exactly as MLServer's route did: the same body, CloudEvents headers
-and inference metrics, and bodies in unusual but valid shapes still read as MLServer reads them."""
+"""The engine answers V2 inference itself (front.py, and its own route behind it) exactly as MLServer's route did:
+the same body, CloudEvents headers, inference and HTTP metrics, and bodies in unusual but valid shapes still read as
+MLServer reads them."""
 
 import json
 import re
@@ -21,10 +22,19 @@ def infer(engine, body, **headers):
     return requests.post(f"{engine.url}/v2/models/m-demo/infer", data=json.dumps(body), headers=headers, timeout=30)
 
 
-def successes(engine) -> float:
+def metric(engine, name: str, labels: str) -> float:
     text = requests.get(f"http://127.0.0.1:{engine.metrics_port}/metrics", timeout=5).text
-    found = re.search(r'^model_infer_request_success_total\{model="m-demo",version="None"\} (\S+)$', text, re.M)
+    found = re.search(rf"^{name}\{{{re.escape(labels)}\}} (\S+)$", text, re.M)
     return float(found.group(1)) if found else 0.0
+
+
+def successes(engine) -> float:
+    return metric(engine, "model_infer_request_success_total", 'model="m-demo",version="None"')
+
+
+def http_count(engine, route: str, status: int, what: str = "requests_total") -> float:
+    labels = f'app_name="mlserver",method="POST",path="{route}",status_code="{status}"'
+    return metric(engine, f"rest_server_{what}", labels)
 
 
 def test_a_plain_and_an_unusual_body_get_the_same_answer(segmenter, scene):
@@ -55,3 +65,28 @@ def test_served_inferences_count_in_mlservers_metrics(segmenter, scene):
         assert infer(segmenter, body).status_code == 200
     assert infer(segmenter, {"inputs": []}).status_code == 400
     assert successes(segmenter) == before + 3
+
+
+def test_inference_counts_in_mlservers_http_metrics_under_its_route(segmenter, scene):
+    """Dashboards built on MLServer's REST metrics see every inference, by route template and status."""
+    route, slashed = "/v2/models/{model_name}/infer", "/v2/models/{model_name}/infer/"
+    before = {
+        (route, 200): http_count(segmenter, route, 200),
+        (route, 400): http_count(segmenter, route, 400),
+        (slashed, 200): http_count(segmenter, slashed, 200),
+    }
+    timed = http_count(segmenter, route, 200, "request_duration_seconds_count")
+    plain = chariot_request(image_input("image-0", scene.pixels))
+    unusual = json.loads(json.dumps(plain))
+    unusual["inputs"][0]["shape"] = ["1"]  # read by MLServer's request model in the app: counted by the app
+    for body in (plain, plain, unusual):
+        assert infer(segmenter, body).status_code == 200
+    assert infer(segmenter, {"inputs": []}).status_code == 400
+    url = f"{segmenter.url}/v2/models/m-demo/infer/"
+    assert requests.post(url, data=json.dumps(plain), timeout=30).status_code == 200
+    assert http_count(segmenter, route, 200) == before[(route, 200)] + 3
+    assert http_count(segmenter, route, 400) == before[(route, 400)] + 1
+    assert http_count(segmenter, slashed, 200) == before[(slashed, 200)] + 1
+    assert http_count(segmenter, route, 200, "request_duration_seconds_count") == timed + 3
+    in_progress = metric(segmenter, "rest_server_requests_in_progress", 'app_name="mlserver",method="POST"')
+    assert in_progress == 0

@@ -29,6 +29,7 @@ from mlserver.parallel.model import ParallelModel
 from mlserver.settings import ModelSettings, Settings
 from mlserver.types import InferenceResponse
 from mlserver.utils import extract_headers
+from starlette_exporter import PrometheusMiddleware
 
 from .errors import ChariotError, ModelLoadFailed, ModelLoading, NotFound, PredictTimeout
 
@@ -334,8 +335,62 @@ async def call_runtime(model, method: str, *args):
     return await getattr(model, method)(*args)
 
 
+_ID_MARK = "\x00request-id\x00"
+_HEADERS: dict[int, tuple[ModelSettings, dict[str, str]]] = {}
+
+
 def response_headers(data_plane: DataPlane, model, request_id: str) -> dict[str, str]:
-    """The headers MLServer's response middlewares (CloudEvents) add to an inference response."""
-    response = InferenceResponse(model_name=model.name, id=request_id, outputs=[])
-    data_plane._inference_middleware.response_middleware(response, model.settings)
-    return extract_headers(response) or {}
+    """The headers MLServer's response middlewares (CloudEvents) add to an inference response. They depend on the
+    model's settings and the request id only: they are built once per model, with a mark where the id goes."""
+    cached = _HEADERS.get(id(model.settings))
+    if cached is None or cached[0] is not model.settings:
+        response = InferenceResponse(model_name=model.name, id=_ID_MARK, outputs=[])
+        data_plane._inference_middleware.response_middleware(response, model.settings)
+        cached = _HEADERS[id(model.settings)] = (model.settings, extract_headers(response) or {})
+    return {key: request_id if value == _ID_MARK else value for key, value in cached[1].items()}
+
+
+class HTTPMetrics:
+    """The REST request metrics MLServer's app keeps (starlette_exporter's middleware: requests in progress, and the
+    count and duration by method, route, status and app), for requests the engine answers before that middleware
+    sees them."""
+
+    def __init__(self, exporter: PrometheusMiddleware):
+        self._exporter = exporter
+        self._in_progress = {}
+        self._done: dict[tuple, tuple[Any, Any]] = {}
+
+    @classmethod
+    def find(cls, app) -> HTTPMetrics | None:
+        """The metrics of the exporter inside `app`'s middleware chain; None when MLServer's metrics are off."""
+        while app is not None:
+            if isinstance(app, PrometheusMiddleware):
+                return cls(app)
+            app = getattr(app, "app", None)
+        return None
+
+    def started(self, method: str) -> None:
+        self._gauge(method).inc()
+
+    def handed_over(self, method: str) -> None:
+        """The request went on to the app, whose own middleware counts it."""
+        self._gauge(method).dec()
+
+    def finished(self, method: str, route: str, status: int, seconds: float) -> None:
+        self._gauge(method).dec()
+        key = (method, route, status)
+        children = self._done.get(key)
+        if children is None:
+            labels = (method, route, status, self._exporter.app_name)
+            children = (self._exporter.request_count.labels(*labels), self._exporter.request_time.labels(*labels))
+            self._done[key] = children
+        children[0].inc()
+        children[1].observe(seconds)
+
+    def _gauge(self, method: str):
+        gauge = self._in_progress.get(method)
+        if gauge is None:
+            gauge = self._in_progress[method] = self._exporter.requests_in_progress.labels(
+                method, self._exporter.app_name
+            )
+        return gauge

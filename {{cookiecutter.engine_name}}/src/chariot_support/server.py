@@ -56,6 +56,7 @@ from .base import ChariotModel
 from .decoding import Request as V2Request
 from .decoding import request_from_json
 from .errors import BadRequest, ChariotError, ModelLoadFailed, NotFound
+from .front import InferenceFront, read_json
 from .internals import (
     SERVING_ERRORS,
     EngineServer,
@@ -499,13 +500,6 @@ class ChariotRepositoryHandlers:
             return await self._inner.unload(resolved)
 
 
-def read_json(body: bytes) -> Any:
-    """A V2 request body read as JSON; an empty or broken one is the client's mistake, said plainly."""
-    if not body.strip():
-        raise BadRequest("the request body must be a JSON object with an 'inputs' list; it is empty")
-    return chariot_v2.read_json(body, "the request body")
-
-
 def _error(status_code: int, message: str) -> JSONResponse:
     return JSONResponse(status_code=status_code, content={"error": message})
 
@@ -661,6 +655,15 @@ def install_chariot_routes(app: FastAPI, data_plane: ChariotDataPlane, *, max_re
     app.add_middleware(ShortErrors, max_chars=config().max_error_chars)
     app.add_middleware(Framing)
     install_request_log(app, data_plane.model_name)
+    # Outermost of the engine's middlewares: V2 inference answered in one pass (see front.py).
+    app.add_middleware(
+        InferenceFront,
+        data_plane=data_plane,
+        max_bytes=max_request_bytes,
+        max_elements=engine_limits().max_elements,
+        max_depth=config().max_json_depth,
+        max_error_chars=config().max_error_chars,
+    )
     app.add_exception_handler(ChariotError, on_engine_error)
     app.add_exception_handler(RequestValidationError, on_validation_error)
     app.add_exception_handler(StarletteHTTPException, on_http_error)

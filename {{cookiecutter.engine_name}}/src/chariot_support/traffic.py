@@ -29,6 +29,38 @@ def json_shape(body: bytes) -> tuple[int, int]:
     return values, int(np.cumsum(steps).max())
 
 
+BOTH_FRAMINGS = "the request has both Content-Length and Transfer-Encoding; send one"
+RETRY_AFTER = b"1"  # seconds, on every 503
+
+
+def body_too_large(size: str, max_bytes: int) -> str:
+    return (
+        f"the request body is {size}, more than this engine's limit of {max_bytes:,} bytes:"
+        " send fewer or smaller images per request, or raise CHARIOT_MAX_REQUEST_MB"
+    )
+
+
+async def shape_problem(body: bytes, *, max_elements: int, max_depth: int) -> tuple[int, str] | None:
+    """The status and message refusing a body too deep or with too many values to parse, or None. A large body is
+    counted off the event loop, so health keeps answering."""
+    values, depth = await asyncio.to_thread(json_shape, body) if len(body) > 65536 else json_shape(body)
+    if depth > max_depth:
+        return 400, f"the request body nests deeper than {max_depth} levels; no request needs that"
+    if values > max_elements:
+        return 413, (
+            f"the request body holds about {values:,} values, more than this engine parses in one request"
+            f" ({max_elements:,}, CHARIOT_MAX_ELEMENTS): send images as base64 files, or fewer values"
+        )
+    return None
+
+
+def short_error(error: str, max_chars: int) -> str:
+    """An error message cut to `max_chars`, saying how much was left out."""
+    if len(error) <= max_chars:
+        return error
+    return f"{error[:max_chars]}... ({len(error) - max_chars:,} more characters)"
+
+
 async def _send_error(send, status: int, message: str, *, close: bool = False) -> None:
     body = json.dumps({"error": message}).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
@@ -61,18 +93,9 @@ class BodyShape:
                 break
         body = b"".join(chunks)
         del chunks
-        values, depth = await asyncio.to_thread(json_shape, body) if len(body) > 65536 else json_shape(body)
-        if depth > self.max_depth:
-            return await _send_error(
-                send, 400, f"the request body nests deeper than {self.max_depth} levels; no request needs that"
-            )
-        if values > self.max_elements:
-            return await _send_error(
-                send,
-                413,
-                f"the request body holds about {values:,} values, more than this engine parses in one request"
-                f" ({self.max_elements:,}, CHARIOT_MAX_ELEMENTS): send images as base64 files, or fewer values",
-            )
+        problem = await shape_problem(body, max_elements=self.max_elements, max_depth=self.max_depth)
+        if problem is not None:
+            return await _send_error(send, *problem)
         replayed = False
 
         async def replay():
@@ -89,22 +112,19 @@ class Framing:
     """Refuse a request that carries both Content-Length and Transfer-Encoding: a proxy in front may read its body
     one way and this server the other (request smuggling). Every 503 gets a Retry-After."""
 
-    def __init__(self, app, *, retry_after: int = 1):
+    def __init__(self, app):
         self.app = app
-        self.retry_after = str(retry_after).encode()
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         names = {k.lower() for k, _ in scope["headers"]}
         if b"content-length" in names and b"transfer-encoding" in names:
-            return await _send_error(
-                send, 400, "the request has both Content-Length and Transfer-Encoding; send one", close=True
-            )
+            return await _send_error(send, 400, BOTH_FRAMINGS, close=True)
 
         async def retry_later(message):
             if message["type"] == "http.response.start" and message["status"] == 503:
-                message = {**message, "headers": [*message.get("headers", []), (b"retry-after", self.retry_after)]}
+                message = {**message, "headers": [*message.get("headers", []), (b"retry-after", RETRY_AFTER)]}
             await send(message)
 
         await self.app(scope, receive, retry_later)
@@ -150,9 +170,7 @@ class ShortErrors:
         except ValueError:
             return body[: self.max_chars]
         if isinstance(content, dict) and isinstance(content.get("error"), str):
-            error = content["error"]
-            if len(error) > self.max_chars:
-                content["error"] = f"{error[: self.max_chars]}... ({len(error) - self.max_chars:,} more characters)"
+            content["error"] = short_error(content["error"], self.max_chars)
             return json.dumps(content).encode()
         return body
 
@@ -239,14 +257,8 @@ class BodyLimit:
         self.app = app
         self.max_bytes = max_bytes
 
-    def _message(self, size: str) -> str:
-        return (
-            f"the request body is {size}, more than this engine's limit of {self.max_bytes:,} bytes:"
-            " send fewer or smaller images per request, or raise CHARIOT_MAX_REQUEST_MB"
-        )
-
     async def _refuse(self, send, size: str) -> None:
-        await _send_error(send, 413, self._message(size))
+        await _send_error(send, 413, body_too_large(size, self.max_bytes))
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":

@@ -1,0 +1,168 @@
+"""V2 inference served in one pass, in front of MLServer's REST app.
+
+Every other request goes through the app's middleware stack: the request log, the engine's guards (framing, body
+limit, short errors, JSON bodies, body shape), MLServer's HTTP metrics, FastAPI's routing and exception handlers.
+For inference, the request the engine exists for, those layers cost more CPU than a small model's predict. The front
+does the same work for it in one pass: the same checks with the same messages, the same request log line and HTTP
+metrics, the same `{"error"}` bodies. A body it does not read as a plain V2 request goes on to the app, which reads
+it with MLServer's request model as before.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import time
+from typing import Any
+
+import orjson
+
+from . import chariot_v2
+from .decoding import request_from_json
+from .errors import BadRequest
+from .internals import SERVING_ERRORS, HTTPMetrics
+from .logs import REQUEST_ID_HEADERS, _current, header_request_id, log_request
+from .traffic import BOTH_FRAMINGS, RETRY_AFTER, body_too_large, shape_problem, short_error
+
+logger = logging.getLogger("chariot_support")
+
+# The V2 inference paths, with an optional version and the trailing slash Chariot's URLs end in.
+INFER_PATH = re.compile(r"/v2/models/([^/]+)(/versions/([^/]+))?/infer(/?)")
+# Headers the front reads: the body's framing, and where a request id may come from.
+_REQUEST_IDS = tuple(name.encode() for name in REQUEST_ID_HEADERS)
+_WANTED = {b"content-length", b"transfer-encoding", *_REQUEST_IDS}
+_JSON = (b"content-type", b"application/json")
+
+
+def read_json(body: bytes) -> Any:
+    """A V2 request body read as JSON; an empty or broken one is the client's mistake, said plainly."""
+    if not body.strip():
+        raise BadRequest("the request body must be a JSON object with an 'inputs' list; it is empty")
+    return chariot_v2.read_json(body, "the request body")
+
+
+class InferenceFront:
+    """ASGI middleware, outermost: answers V2 inference POSTs itself, and passes everything else to `app`."""
+
+    def __init__(self, app, *, data_plane, max_bytes: int, max_elements: int, max_depth: int, max_error_chars: int):
+        self.app = app
+        self.data_plane = data_plane
+        self.max_bytes = max_bytes
+        self.max_elements = max_elements
+        self.max_depth = max_depth
+        self.max_error_chars = max_error_chars
+        self.metrics = HTTPMetrics.find(app)
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http" or scope["method"] != "POST":
+            return await self.app(scope, receive, send)
+        path = INFER_PATH.fullmatch(scope["path"])
+        if path is None:
+            return await self.app(scope, receive, send)
+        started = time.perf_counter()
+        headers = {k: v for k, v in scope["headers"] if k in _WANTED}
+        ids = {name.decode(): headers[name].decode("latin-1") for name in _REQUEST_IDS if name in headers}
+        entry: dict[str, Any] = {}
+        token = _current.set(entry)  # the engine notes the request id here as soon as it knows it
+        status, handed_over = 500, False
+        if self.metrics is not None:
+            self.metrics.started("POST")
+        try:
+            status, handed_over = await self._serve(scope, receive, send, path, headers, ids)
+        finally:
+            _current.reset(token)
+            if handed_over:  # the app's own request log and metrics counted it
+                if self.metrics is not None:
+                    self.metrics.handed_over("POST")
+            else:
+                log_request(
+                    protocol="rest",
+                    method="POST",
+                    path=scope["path"],
+                    status=status,
+                    started=started,
+                    request_id=entry.get("request_id") or header_request_id(ids),
+                    model=path[1],
+                )
+                if self.metrics is not None:
+                    self.metrics.finished("POST", _route(path), status, time.perf_counter() - started)
+
+    async def _serve(
+        self, scope, receive, send, path: re.Match, headers: dict[bytes, bytes], ids: dict[str, str]
+    ) -> tuple[int, bool]:
+        """Answer the request: the status sent (499 when the client left first), and whether the app answered."""
+        if b"content-length" in headers and b"transfer-encoding" in headers:
+            return await self._error(send, 400, BOTH_FRAMINGS, close=True), False
+        declared = headers.get(b"content-length", b"")
+        if declared.isdigit() and int(declared) > self.max_bytes:
+            return await self._error(send, 413, body_too_large(f"{int(declared):,} bytes", self.max_bytes)), False
+        body = await self._body(receive)
+        if body is None:
+            return 499, False  # the client left
+        if len(body) > self.max_bytes:
+            return await self._error(send, 413, body_too_large(f"over {self.max_bytes:,} bytes", self.max_bytes)), False
+        problem = await shape_problem(body, max_elements=self.max_elements, max_depth=self.max_depth)
+        if problem is not None:
+            return await self._error(send, *problem), False
+        try:
+            decoded = await asyncio.to_thread(read_json, body) if len(body) > 1 << 20 else read_json(body)
+            plain = request_from_json(decoded)
+            if plain is None:  # an unusual body: MLServer's request model reads it, in the app
+                await self.app(scope, _replay(body, receive), send)
+                return 0, True
+            content, extra = await self.data_plane.infer_body(plain, path[1], path[3], ids)
+        except SERVING_ERRORS as error:
+            return await self._error(send, error.status_code, str(error)), False
+        except Exception as error:
+            logger.error("unhandled error on POST %s", scope["path"], exc_info=error)
+            return await self._error(send, 500, f"internal error: {type(error).__name__}: {error}"), False
+        response_headers = [_JSON, (b"content-length", b"%d" % len(content))]
+        response_headers += [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in extra.items()]
+        await send({"type": "http.response.start", "status": 200, "headers": response_headers})
+        await send({"type": "http.response.body", "body": content})
+        return 200, False
+
+    async def _body(self, receive) -> bytes | None:
+        """The whole body, or as much as passes the limit by one chunk; None when the client left."""
+        chunks, size = [], 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                return None
+            chunk = message.get("body", b"")
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > self.max_bytes or not message.get("more_body"):
+                return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+    async def _error(self, send, status: int, message: str, *, close: bool = False) -> int:
+        body = orjson.dumps({"error": short_error(message, self.max_error_chars)})
+        headers = [_JSON, (b"content-length", b"%d" % len(body))]
+        if status == 503:
+            headers.append((b"retry-after", RETRY_AFTER))
+        if close:
+            headers.append((b"connection", b"close"))
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+        return status
+
+
+def _route(path: re.Match) -> str:
+    """The route template MLServer's metrics label a request with, as the app's router would have matched it."""
+    version = "/versions/{model_version}" if path[2] else ""
+    return f"/v2/models/{{model_name}}{version}/infer{path[4]}"
+
+
+def _replay(body: bytes, receive):
+    """A receive that gives the already read body once, then whatever the client sends next (a disconnect)."""
+    replayed = False
+
+    async def again():
+        nonlocal replayed
+        if replayed:
+            return await receive()
+        replayed = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return again

@@ -1,6 +1,7 @@
 """A model whose predict goes wrong in the way the `fault` request parameter asks."""
 
 import os
+import threading
 import time
 
 from chariot_support import ChariotModel, Detection, TaskType
@@ -30,6 +31,8 @@ class FaultyModel(ChariotModel):
         if fault == "whoami":  # which copy of the model answered, and how many threads each predict may use
             time.sleep(float(parameters.get("seconds", 0)))
             return [[Detection(label=f"{id(self)}/{self.threads}", score=0.9, xmin=1, xmax=5, ymin=2, ymax=6)]]
+        if fault == "thread":  # the thread predict runs on
+            return [[Detection(label=threading.current_thread().name, score=0.9, xmin=1, xmax=5, ymin=2, ymax=6)]]
         if fault == "hang":  # a predict that, as far as any request can wait, never returns
             time.sleep(float(parameters.get("seconds", 3600)))
         return [[Detection(label="cat", score=0.9, xmin=1, xmax=5, ymin=2, ymax=6)] for _ in images]

@@ -163,6 +163,7 @@ class ChariotRuntime(MLModel):
     """Loads the author's ChariotModel and answers inference requests with it."""
 
     _batcher: Batcher | None = None  # batching across requests, when CHARIOT_MAX_BATCH_SIZE is above 1
+    _inline = False  # decode and predict on the event loop (CHARIOT_PREDICT_INLINE)
 
     async def load(self) -> bool:
         extra = self.settings.parameters.extra if self.settings.parameters else {}
@@ -170,6 +171,7 @@ class ChariotRuntime(MLModel):
         self._task = model_class.task_type
         self._limits = engine_limits()
         threads = config().threads
+        self._inline = config().predict_inline
         batching = batch_settings(config())
         count = copies_wanted(model_class, threads, config().model_copies)
         model_dir = config().model_dir
@@ -186,7 +188,8 @@ class ChariotRuntime(MLModel):
         for _ in range(count):  # one after another: copies of a large model never all load at once
             instance = model_class()
             # Predicts that run at once share the cores: a thread-safe model may run one per worker thread.
-            instance.threads = threads_per_call(threads, threads if model_class.thread_safe else count)
+            calls = 1 if self._inline else threads if model_class.thread_safe else count
+            instance.threads = threads_per_call(threads, calls)
             try:
                 await asyncio.to_thread(instance.load, model_dir)
             except Exception as exc:
@@ -202,13 +205,18 @@ class ChariotRuntime(MLModel):
         # Decoding and most predict work release the GIL, so threads keep both cores busy. Requests waiting for
         # their batch hold a thread each, doing nothing: room for one batch in predict and the next gathering.
         extra = 2 * batching.max_size if batching is not None else 0
-        self._workers = _Workers(threads + extra, StuckThreads(config().max_stuck_threads))
+        self._workers = _Workers(0 if self._inline else threads + extra, StuckThreads(config().max_stuck_threads))
         self._budget = MemoryBudget(config(), self._limits)
         self._timeout = config().predict_timeout
         self._state_lock = threading.Lock()  # orders the timeout's view of a call against the call finishing
         where = f"from {model_dir}" if model_dir.is_dir() else f"without files ({model_dir} does not exist)"
         copies = "" if model_class.thread_safe else f", {count} cop{'y' if count == 1 else 'ies'}"
         logger.info("loaded %s (%s%s) %s", model_class.__name__, self._task.value, copies, where)
+        if self._inline:
+            logger.warning(
+                "CHARIOT_PREDICT_INLINE is on: each decode and predict runs on the event loop, one at a time;"
+                " CHARIOT_PREDICT_TIMEOUT cannot stop a predict, and a slow one holds up every other request"
+            )
         # What the imports and the model's load left behind lives as long as the process: out of the garbage
         # collector's full passes, which otherwise stop every thread for tens of milliseconds under load.
         gc.freeze()
@@ -248,6 +256,8 @@ class ChariotRuntime(MLModel):
                 " (CHARIOT_MAX_STUCK_THREADS); the engine takes requests again when one returns"
             )
         call = _Call(request_id, time.monotonic() + self._timeout)
+        if self._inline:
+            return work(*args, call)
         # One loop future, settled by the worker thread or by the timer, whichever comes first: a fraction of the
         # cost of wrap_future and wait_for, paid on every request.
         loop = asyncio.get_running_loop()
@@ -320,7 +330,7 @@ class ChariotRuntime(MLModel):
         item no other thread has started yet. When every thread is busy with a request, it does all the work
         itself instead of deadlocking the pool.
         """
-        if len(items) < 2:
+        if len(items) < 2 or self._inline:
             return [work(item) for item in items]
         futures = [self._workers.submit(work, item) for item in items[1:]]
         try:

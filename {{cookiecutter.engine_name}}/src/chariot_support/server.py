@@ -101,13 +101,15 @@ def engine_settings() -> Settings:
     overrides = {k: v for k, v in defaults.items() if f"MLSERVER_{k.upper()}" not in os.environ}
     settings = Settings(**overrides)
     # uvicorn's own limits (MLServer passes these through): connections and requests at once, idle keep-alive
-    # seconds, and the most of an unfinished request's headers held per connection.
+    # seconds, and the most of an unfinished request's headers held per connection. X-Forwarded-* headers are left
+    # alone: nothing in an engine reads the client's address, and reading them cost every request.
     set_uvicorn_options(
         settings,
         limit_concurrency=config().max_connections,
         timeout_keep_alive=config().keep_alive,
         h11_max_incomplete_event_size=MAX_HEAD_BYTES,
         http=IdleLimitedProtocol,
+        proxy_headers=False,
     )
     return settings
 

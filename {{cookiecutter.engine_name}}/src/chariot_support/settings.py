@@ -32,6 +32,10 @@ class EngineSettings:
     model_version: str = _setting("CHARIOT_MODEL_VERSION", "1")
     model_copies: str = _setting("CHARIOT_MODEL_COPIES", "")  # empty: the model's own `copies`; or a number, `threads`
     threads: int = _setting("CHARIOT_THREADS", 0)  # 0: one per CPU
+    # Decode and predict on the event loop, one request at a time, with no hop to a worker thread: for models that
+    # answer in well under a millisecond. CHARIOT_PREDICT_TIMEOUT then cannot stop a predict, and nothing else
+    # (health included) is answered while one runs.
+    predict_inline: bool = _setting("CHARIOT_PREDICT_INLINE", False)
     log_level: str = _setting("CHARIOT_LOG_LEVEL", "INFO", choices=LOG_LEVELS)
     inference_protocol: str = _setting("CHARIOT_INFERENCE_PROTOCOL", "auto", choices=PROTOCOLS)
     # Requests
@@ -77,6 +81,11 @@ class EngineSettings:
             if raw:
                 values[each.name] = _read(each.metadata, type(each.default), raw)
         settings = cls(**values)
+        if settings.predict_inline and settings.max_batch_size > 1:
+            raise ValueError(
+                "CHARIOT_PREDICT_INLINE runs one predict at a time on the event loop, so no request could wait for"
+                " others to batch with: set CHARIOT_MAX_BATCH_SIZE=1, or turn CHARIOT_PREDICT_INLINE off"
+            )
         if not settings.threads:
             settings = cls(**{**values, "threads": os.cpu_count() or 1})
         return settings

@@ -90,3 +90,15 @@ def test_inference_counts_in_mlservers_http_metrics_under_its_route(segmenter, s
     assert http_count(segmenter, route, 200, "request_duration_seconds_count") == timed + 3
     in_progress = metric(segmenter, "rest_server_requests_in_progress", 'app_name="mlserver",method="POST"')
     assert in_progress == 0
+
+
+def test_with_mlservers_cors_on_inference_answers_carry_its_headers(scene):
+    """MLServer adds CORS headers in a middleware inside its app: with CORS configured, inference goes through it."""
+    cors = {"MLSERVER_CORS_SETTINGS": json.dumps({"allow_origins": ["https://app.example"]})}
+    with run_demo_engine(TaskType.OBJECT_DETECTION, env=cors) as engine:
+        body = json.dumps(chariot_request(image_input("image-0", scene.pixels)))
+        origin = {"Origin": "https://app.example"}
+        answer = requests.post(f"{engine.url}/v2/models/m-demo/infer", data=body, headers=origin, timeout=30)
+        assert answer.status_code == 200, answer.text
+        assert answer.headers["access-control-allow-origin"] == "https://app.example"
+        assert answer.json()["outputs"][0]["data"][0], "the demo finds the scene's shapes"

@@ -17,6 +17,8 @@ import time
 from typing import Any
 
 import orjson
+from starlette.middleware.cors import CORSMiddleware
+from starlette.middleware.gzip import GZipMiddleware
 
 from . import chariot_v2
 from .decoding import request_from_json
@@ -53,9 +55,12 @@ class InferenceFront:
         self.max_depth = max_depth
         self.max_error_chars = max_error_chars
         self.metrics = HTTPMetrics.find(app)
+        # MLServer's CORS headers (MLSERVER_CORS_SETTINGS) and reply compression (MLSERVER_GZIP_ENABLED) come from
+        # middlewares inside the app: with either configured, inference goes through the app too.
+        self.serving = not _in_chain(app, (CORSMiddleware, GZipMiddleware))
 
     async def __call__(self, scope, receive, send):
-        if scope["type"] != "http" or scope["method"] != "POST":
+        if scope["type"] != "http" or scope["method"] != "POST" or not self.serving:
             return await self.app(scope, receive, send)
         path = INFER_PATH.fullmatch(scope["path"])
         if path is None:
@@ -146,6 +151,15 @@ class InferenceFront:
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": body})
         return status
+
+
+def _in_chain(app, kinds: tuple[type, ...]) -> bool:
+    """Whether a middleware of one of `kinds` is in `app`'s chain of middlewares."""
+    while app is not None:
+        if isinstance(app, kinds):
+            return True
+        app = getattr(app, "app", None)
+    return False
 
 
 def _route(path: re.Match) -> str:

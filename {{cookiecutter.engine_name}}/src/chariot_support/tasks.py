@@ -160,7 +160,7 @@ class Contour(Sequence[Point]):
                 f"a contour array holds x, y pairs (N x 2, or N x 1 x 2 as OpenCV gives), got {value.shape}"
             )
         xy = np.ascontiguousarray(value.reshape(-1, 2), dtype=np.float64)
-        if not np.isfinite(xy).all():
+        if value.dtype.kind == "f" and not np.isfinite(xy).all():  # whole numbers (OpenCV's) are always finite
             raise ValueError("a contour array must hold finite numbers, not NaN or infinity")
         return cls(xy)
 

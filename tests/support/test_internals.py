@@ -142,3 +142,33 @@ def test_the_data_plane_answers_every_method_of_mlservers_itself():
     public = {name for name in dir(DataPlane) if not name.startswith("_")}
     missing = public - set(vars(ChariotDataPlane))
     holds(not missing, f"DataPlane has methods ChariotDataPlane does not define: {sorted(missing)}")
+
+
+def test_mlservers_http_metrics_are_where_the_inference_front_counts_them():
+    """MLServer's REST metrics come from starlette_exporter's middleware; the front counts inference in them."""
+    from prometheus_client import REGISTRY
+    from starlette_exporter import PrometheusMiddleware
+
+    async def inner(scope, receive, send):
+        raise AssertionError("never called")
+
+    exporter = PrometheusMiddleware(inner, app_name="mlserver", prefix="canary_rest")
+    outer = type("Layer", (), {"app": exporter})()  # a middleware holding the exporter as the next layer
+    metrics = internals.HTTPMetrics.find(outer)
+    holds(metrics is not None, "starlette_exporter's PrometheusMiddleware is no longer found by its class")
+    metrics.started("POST")
+    metrics.finished("POST", "/v2/models/{model_name}/infer", 200, 0.25)
+    labels = {"method": "POST", "path": "/v2/models/{model_name}/infer", "status_code": "200", "app_name": "mlserver"}
+    holds(
+        REGISTRY.get_sample_value("canary_rest_requests_total", labels) == 1.0,
+        "starlette_exporter's request counter no longer takes (method, path, status_code, app_name)",
+    )
+    holds(
+        REGISTRY.get_sample_value("canary_rest_request_duration_seconds_sum", labels) == 0.25,
+        "starlette_exporter's request duration histogram changed",
+    )
+    in_progress = {"method": "POST", "app_name": "mlserver"}
+    holds(
+        REGISTRY.get_sample_value("canary_rest_requests_in_progress", in_progress) == 0.0,
+        "starlette_exporter's requests-in-progress gauge no longer takes (method, app_name)",
+    )

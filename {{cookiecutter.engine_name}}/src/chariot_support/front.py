@@ -25,7 +25,7 @@ from .decoding import request_from_json
 from .errors import BadRequest
 from .internals import SERVING_ERRORS, HTTPMetrics
 from .logs import REQUEST_ID_HEADERS, _current, header_request_id, log_request
-from .traffic import BOTH_FRAMINGS, RETRY_AFTER, body_too_large, shape_problem, short_error
+from .traffic import BOTH_FRAMINGS, RETRY_AFTER, body_too_large, find_middleware, replay, shape_problem, short_error
 
 logger = logging.getLogger("chariot_support")
 
@@ -57,7 +57,7 @@ class InferenceFront:
         self.metrics = HTTPMetrics.find(app)
         # MLServer's CORS headers (MLSERVER_CORS_SETTINGS) and reply compression (MLSERVER_GZIP_ENABLED) come from
         # middlewares inside the app: with either configured, inference goes through the app too.
-        self.serving = not _in_chain(app, (CORSMiddleware, GZipMiddleware))
+        self.serving = find_middleware(app, (CORSMiddleware, GZipMiddleware)) is None
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http" or scope["method"] != "POST" or not self.serving:
@@ -114,7 +114,7 @@ class InferenceFront:
             decoded = await asyncio.to_thread(read_json, body) if len(body) > 1 << 20 else read_json(body)
             plain = request_from_json(decoded)
             if plain is None:  # an unusual body: MLServer's request model reads it, in the app
-                await self.app(scope, _replay(body, receive), send)
+                await self.app(scope, replay(body, receive), send)
                 return 0, True
             content, extra = await self.data_plane.infer_body(plain, path[1], path[3], ids)
         except SERVING_ERRORS as error:
@@ -153,30 +153,7 @@ class InferenceFront:
         return status
 
 
-def _in_chain(app, kinds: tuple[type, ...]) -> bool:
-    """Whether a middleware of one of `kinds` is in `app`'s chain of middlewares."""
-    while app is not None:
-        if isinstance(app, kinds):
-            return True
-        app = getattr(app, "app", None)
-    return False
-
-
 def _route(path: re.Match) -> str:
     """The route template MLServer's metrics label a request with, as the app's router would have matched it."""
     version = "/versions/{model_version}" if path[2] else ""
     return f"/v2/models/{{model_name}}{version}/infer{path[4]}"
-
-
-def _replay(body: bytes, receive):
-    """A receive that gives the already read body once, then whatever the client sends next (a disconnect)."""
-    replayed = False
-
-    async def again():
-        nonlocal replayed
-        if replayed:
-            return await receive()
-        replayed = True
-        return {"type": "http.request", "body": body, "more_body": False}
-
-    return again

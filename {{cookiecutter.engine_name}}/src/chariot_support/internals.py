@@ -32,6 +32,7 @@ from mlserver.utils import extract_headers
 from starlette_exporter import PrometheusMiddleware
 
 from .errors import ChariotError, ModelLoadFailed, ModelLoading, NotFound, PredictTimeout
+from .traffic import find_middleware
 
 logger = logging.getLogger("chariot_support")
 
@@ -363,11 +364,8 @@ class HTTPMetrics:
     @classmethod
     def find(cls, app) -> HTTPMetrics | None:
         """The metrics of the exporter inside `app`'s middleware chain; None when MLServer's metrics are off."""
-        while app is not None:
-            if isinstance(app, PrometheusMiddleware):
-                return cls(app)
-            app = getattr(app, "app", None)
-        return None
+        exporter = find_middleware(app, PrometheusMiddleware)
+        return None if exporter is None else cls(exporter)
 
     def started(self, method: str) -> None:
         self._gauge(method).inc()

@@ -61,6 +61,29 @@ def short_error(error: str, max_chars: int) -> str:
     return f"{error[:max_chars]}... ({len(error) - max_chars:,} more characters)"
 
 
+def find_middleware(app, kinds: type | tuple[type, ...]):
+    """The first middleware of one of `kinds` in `app`'s chain (each layer holds the next as `.app`), or None."""
+    while app is not None:
+        if isinstance(app, kinds):
+            return app
+        app = getattr(app, "app", None)
+    return None
+
+
+def replay(body: bytes, receive):
+    """A receive that gives an already read body once, then whatever the client sends next (a disconnect)."""
+    replayed = False
+
+    async def again():
+        nonlocal replayed
+        if replayed:
+            return await receive()
+        replayed = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return again
+
+
 async def _send_error(send, status: int, message: str, *, close: bool = False) -> None:
     body = json.dumps({"error": message}).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
@@ -96,16 +119,7 @@ class BodyShape:
         problem = await shape_problem(body, max_elements=self.max_elements, max_depth=self.max_depth)
         if problem is not None:
             return await _send_error(send, *problem)
-        replayed = False
-
-        async def replay():
-            nonlocal replayed
-            if replayed:
-                return await receive()
-            replayed = True
-            return {"type": "http.request", "body": body, "more_body": False}
-
-        await self.app(scope, replay, send)
+        await self.app(scope, replay(body, receive), send)
 
 
 class Framing:

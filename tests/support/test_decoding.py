@@ -14,7 +14,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from mlserver.types import InferenceRequest
 
-from chariot_support.decoding import DEFAULT_LIMITS, Limits, _quick_header, decode_image, image_header, parse_request
+from chariot_support.decoding import (
+    DEFAULT_LIMITS,
+    Limits,
+    Request,
+    Tensor,
+    _quick_header,
+    decode_image,
+    image_header,
+    parse_request,
+    request_from_json,
+)
 from chariot_support.errors import BadRequest
 from chariot_support.tasks import TaskType
 from chariot_support.testing import as_image, encode_image, expect_error
@@ -401,3 +411,42 @@ def test_a_header_cut_short_is_left_to_pillow_and_refused(cut):
     assert _quick_header(raw) is None
     with pytest.raises(BadRequest, match="not an image this engine can read"):
         image_header(raw, "x")
+
+
+# --- the fast path's reading of a JSON body --------------------------------------------------------------------
+
+PLAIN = {
+    "id": "r1",
+    "parameters": {"action": "detect"},
+    "inputs": [{"name": "a", "shape": [1], "datatype": "BYTES", "data": ["eA=="]}],
+}
+
+
+def with_input(**changes):
+    return {**PLAIN, "inputs": [{**PLAIN["inputs"][0], **changes}]}
+
+
+def test_a_plain_body_reads_straight_into_a_request():
+    assert request_from_json(PLAIN) == Request(
+        inputs=[Tensor(name="a", data=["eA=="], shape=[1], datatype="BYTES")], parameters={"action": "detect"}, id="r1"
+    )
+    # A content_type string (MLServer's codecs send one with every input) reads the same either way.
+    typed = request_from_json(with_input(parameters={"content_type": "base64"}))
+    assert typed is not None and typed.inputs[0].parameters == {"content_type": "base64"}
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        with_input(shape=["1"]),  # the server's request model reads a numeric string as a number
+        with_input(parameters={"content_type": 5}),  # and refuses this one with its own message
+        with_input(parameters={"headers": {}}),
+        with_input(datatype="STRING"),
+        {**PLAIN, "id": 7},
+        {**PLAIN, "extra": 1},
+        {**PLAIN, "inputs": {"a": 1}},
+        [PLAIN],
+    ],
+)
+def test_a_body_in_any_other_shape_is_left_to_the_servers_request_model(body):
+    assert request_from_json(body) is None

@@ -127,9 +127,12 @@ _DATATYPES = frozenset((*NUMERIC_DTYPES, "BYTES"))
 
 
 def _plain_parameters(value: Any) -> bool:
-    # content_type and headers are fields of the server's parameters model; a body that sets them takes the
-    # server's own reading.
-    return value is None or (isinstance(value, dict) and "content_type" not in value and "headers" not in value)
+    # content_type and headers are fields of the server's parameters model: a content_type that is a string reads
+    # the same either way (clients built on MLServer's codecs send one with every input); any other, and any
+    # headers, take the server's own reading.
+    if value is None:
+        return True
+    return isinstance(value, dict) and isinstance(value.get("content_type", ""), str) and "headers" not in value
 
 
 def request_from_json(body: Any) -> Request | None:

@@ -216,3 +216,45 @@ def test_streaming_is_refused_plainly(stub, model_name, scene):
         list(stub.ModelStreamInfer(iter([grpc_request(_with(scene), model_name)])))
     assert caught.value.code() == grpc.StatusCode.UNIMPLEMENTED
     assert "ModelInfer" in caught.value.details()
+
+
+@pytest.mark.parametrize("raw", [False, True], ids=["bytes_contents", "raw_input_contents"])
+def test_the_engines_own_reading_answers_as_mlservers_converter_does(stub, model_name, scene, raw):
+    """A plain request is read straight into the runtime's request; one with a numeric tensor goes through
+    MLServer's converter. Both answer with the same results, ids, metadata and trailing metadata."""
+    image = image_input("image-0", scene.pixels, prompts=PROMPTS, metadata=chariot_metadata(frame=3))
+    plain = {**chariot_request(image, metadata=chariot_metadata(site="north")), "id": "same-id"}
+    numeric = {**plain, "inputs": [image, {"name": "extra", "shape": [1], "datatype": "INT64", "data": [5]}]}
+    answers = []
+    for body in (plain, numeric):
+        response, call = stub.ModelInfer.with_call(grpc_request(body, model_name, raw=raw))
+        trailing = {key: value for key, value in call.trailing_metadata()}
+        parameters = {key: value.string_param for key, value in response.parameters.items()}
+        outputs = [
+            (o.name, o.datatype, list(o.shape), {key: value.string_param for key, value in o.parameters.items()})
+            for o in response.outputs
+        ]
+        answers.append((response.id, response.model_name, response.model_version, parameters, outputs, trailing))
+        answers.append(grpc_results(response))
+        assert bool(response.raw_output_contents) == raw
+    assert answers[0] == answers[2]
+    assert answers[1] == answers[3]
+    assert answers[0][5]["ce-id"] == "same-id" and answers[0][3]["metadata"] == plain["parameters"]["metadata"]
+
+
+def test_only_plain_grpc_requests_are_read_by_the_engine_itself(model_name, scene):
+    from chariot_support.server import plain_grpc_request
+
+    body = chariot_request(image_input("image-0", scene.pixels, action="detect"), metadata="{}")
+    plain = plain_grpc_request(grpc_request(body, model_name))
+    assert plain is not None and plain.inputs[0].data == [body["inputs"][0]["data"][0].encode()]
+    assert plain.inputs[0].parameters == {"action": "detect"} and plain.parameters == {"metadata": "{}"}
+    assert plain_grpc_request(grpc_request(body, model_name, raw=True)) == plain
+    cut = grpc_request(body, model_name, raw=True)
+    cut.raw_input_contents[0] = cut.raw_input_contents[0][:-1]
+    assert plain_grpc_request(cut) is None, "raw contents cut short: MLServer's converter says what is wrong"
+    numeric = {**body, "inputs": [*body["inputs"], {"name": "n", "shape": [1], "datatype": "INT64", "data": [1]}]}
+    assert plain_grpc_request(grpc_request(numeric, model_name)) is None
+    typed = grpc_request(body, model_name)
+    typed.inputs[0].parameters["content_type"].int64_param = 5
+    assert plain_grpc_request(typed) is None

@@ -420,6 +420,15 @@ class ChariotRuntime(MLModel):
         note_request_id(request_id)
         return await self._within_timeout(request_id, self._infer_body, body, request_id, model_name)
 
+    async def infer_outputs(self, body: Request, request_id: str, model_name: str) -> dict:
+        """The same for gRPC: the V2 response as a dict whose outputs hold each image's results as JSON bytes."""
+        note_request_id(request_id)
+        return await self._within_timeout(request_id, self._infer_outputs, body, request_id, model_name)
+
+    def _infer_outputs(self, body: Request, request_id: str, model_name: str, call: _Call) -> dict:
+        request, chosen = self._answer(body, call)
+        return {**self._response(request, chosen, request_id, to_json), "model_name": model_name}
+
     def _answer(self, request: Request, call: _Call) -> tuple[ParsedRequest, list[list[Any]]]:
         parsed = parse_request(request, self._task, self._limits)
         with self._budget.admit(parsed.images, call.deadline):

@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import grpc
+import orjson
 from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -54,7 +55,7 @@ from . import chariot_v2
 from . import model_id as model_id_rule
 from .base import ChariotModel
 from .decoding import Request as V2Request
-from .decoding import request_from_json
+from .decoding import Tensor, request_from_json
 from .errors import BadRequest, ChariotError, ModelLoadFailed, NotFound
 from .front import InferenceFront, read_json
 from .internals import (
@@ -213,8 +214,19 @@ class ChariotDataPlane:
     async def infer_body(
         self, body: V2Request, name: str, version: str | None, headers: Mapping[str, str]
     ) -> tuple[bytes, dict[str, str]]:
-        """The engine's own V2 inference: a request read from JSON in, the response's JSON text and headers out,
-        with MLServer's metrics, model context and response headers, and no request or response models."""
+        """The engine's own V2 inference over REST: a request read from JSON in, the response's JSON text and headers
+        out, with MLServer's metrics, model context and response headers, and no request or response models."""
+        return await self._serve_plain("infer_body", body, name, version, headers)
+
+    async def infer_outputs(
+        self, body: V2Request, name: str, version: str | None, headers: Mapping[str, str]
+    ) -> tuple[dict, dict[str, str]]:
+        """The same for gRPC: the response as a dict whose outputs hold each image's results as JSON bytes."""
+        return await self._serve_plain("infer_outputs", body, name, version, headers)
+
+    async def _serve_plain(
+        self, method: str, body: V2Request, name: str, version: str | None, headers: Mapping[str, str]
+    ) -> tuple[Any, dict[str, str]]:
         request_id = body.id or header_request_id(headers) or str(uuid.uuid4())
         note_request_id(request_id)
         with self.named(name, version) as resolved:
@@ -222,7 +234,7 @@ class ChariotDataPlane:
             async with served_inference(self._inner, resolved, version) as model:
                 try:
                     answer = await call_runtime(
-                        model, "infer_body", dataclasses.replace(body, id=request_id), request_id, name
+                        model, method, dataclasses.replace(body, id=request_id), request_id, name
                     )
                 except SERVING_ERRORS as error:
                     raise unwrap_worker_error(error) from None
@@ -309,11 +321,73 @@ def _wider_parameters(parameters) -> None:
                 parameters[key].int64_param = field.data
 
 
+def _plain_grpc_parameters(parameters) -> tuple[bool, dict[str, Any] | None]:
+    """Parameters of the kinds gRPC holds as plain values, and whether they read the same as through MLServer's
+    parameters model (no headers, a content_type only as a string)."""
+    values = {}
+    for key, parameter in parameters.items():
+        kind = parameter.WhichOneof("parameter_choice")
+        if kind is None:
+            return False, None
+        values[key] = getattr(parameter, kind)
+    plain = "headers" not in values and isinstance(values.get("content_type", ""), str)
+    return plain, values or None
+
+
+def _unpack_bytes(raw: bytes) -> list[bytes] | None:
+    """A BYTES tensor's raw contents: each element a 4-byte little-endian length, then its bytes; None if cut short."""
+    items, at = [], 0
+    while at < len(raw):
+        size = int.from_bytes(raw[at : at + 4], "little")
+        if at + 4 + size > len(raw):
+            return None
+        items.append(raw[at + 4 : at + 4 + size])
+        at += 4 + size
+    return items
+
+
+def plain_grpc_request(request: pb.ModelInferRequest) -> V2Request | None:
+    """The request read straight into the runtime's request when it has the plain shape image clients send (BYTES
+    inputs, in their contents or well-formed raw contents, and plain parameters), else None: MLServer's converter
+    then reads it, with its coercions and errors. Call after `_wider_parameters`."""
+    raw = request.raw_input_contents
+    if raw and len(raw) != len(request.inputs):
+        return None
+    inputs = []
+    for index, tensor in enumerate(request.inputs):
+        plain, parameters = _plain_grpc_parameters(tensor.parameters)
+        if tensor.datatype != "BYTES" or not plain:
+            return None
+        data = _unpack_bytes(raw[index]) if raw else list(tensor.contents.bytes_contents)
+        if data is None:
+            return None
+        inputs.append(Tensor(name=tensor.name, data=data, shape=list(tensor.shape), parameters=parameters))
+    plain, parameters = _plain_grpc_parameters(request.parameters)
+    return V2Request(inputs=inputs, parameters=parameters, id=request.id or None) if plain else None
+
+
+def grpc_response(answer: dict, *, raw: bool) -> pb.ModelInferResponse:
+    """The runtime's answer as a ModelInferResponse: each image's results as one JSON-encoded BYTES element (in the
+    raw contents when the request came that way), the metadata passed back as string parameters."""
+    response = pb.ModelInferResponse(model_name=answer["model_name"], id=answer["id"])
+    if answer["model_version"] is not None:
+        response.model_version = answer["model_version"]
+    for key, value in answer["parameters"].items():
+        response.parameters[key].string_param = value
+    for output in answer["outputs"]:
+        tensor = response.outputs.add(name=output["name"], datatype="BYTES", shape=[1])
+        for key, value in output.get("parameters", {}).items():
+            tensor.parameters[key].string_param = value
+        (results,) = output["data"]
+        if raw:
+            response.raw_output_contents.append(len(results).to_bytes(4, "little") + results)
+        else:
+            tensor.contents.bytes_contents.append(results)
+    return response
+
+
 def parse_infer_request(request: pb.ModelInferRequest) -> InferenceRequest:
     """The request as the data plane takes it; a malformed `raw_input_contents` is the client's mistake."""
-    _wider_parameters(request.parameters)
-    for tensor in request.inputs:
-        _wider_parameters(tensor.parameters)
     if request.raw_input_contents and len(request.raw_input_contents) != len(request.inputs):
         raise BadRequest(
             f"raw_input_contents has {len(request.raw_input_contents)} entries for {len(request.inputs)} inputs:"
@@ -360,11 +434,26 @@ class ChariotInferenceServicer(GRPCInferenceServiceServicer):
 
     @_aborts_with_status
     async def ModelInfer(self, request: pb.ModelInferRequest, context) -> pb.ModelInferResponse:
-        started, status, payload = time.perf_counter(), 500, None
+        started, status, request_id = time.perf_counter(), 500, None
+        name, version = request.model_name, request.model_version or None
+        raw = bool(request.raw_input_contents)
         try:
-            payload = parse_infer_request(request)
-            insert_headers(payload, to_headers(context))
-            response = await self._data_plane.infer(payload, request.model_name, request.model_version or None)
+            _wider_parameters(request.parameters)
+            for tensor in request.inputs:
+                _wider_parameters(tensor.parameters)
+            plain = plain_grpc_request(request)
+            if plain is not None:  # read straight into the runtime's request, answered without response models
+                headers = to_headers(context)
+                request_id = plain.id or header_request_id(headers) or str(uuid.uuid4())
+                plain = dataclasses.replace(plain, id=request_id)
+                answer, extra = await self._data_plane.infer_outputs(plain, name, version, headers)
+                response = grpc_response(answer, raw=raw)
+            else:
+                payload = parse_infer_request(request)
+                insert_headers(payload, to_headers(context))
+                answered = await self._data_plane.infer(payload, name, version)
+                request_id = payload.id
+                response, extra = self._converted(answered, raw=raw)
             status = 200
         except SERVING_ERRORS as error:
             status = error.status_code
@@ -377,16 +466,20 @@ class ChariotInferenceServicer(GRPCInferenceServiceServicer):
                 path=f"/v2/models/{request.model_name}/infer",
                 status=status,
                 started=started,
-                request_id=payload.id if payload is not None else None,
-                model=request.model_name,
+                request_id=request_id,
+                model=name,
             )
+        if extra:  # the request id, as REST sends it in its response headers
+            context.set_trailing_metadata(to_metadata(extra))
+        return response
+
+    @staticmethod
+    def _converted(response: InferenceResponse, *, raw: bool) -> tuple[pb.ModelInferResponse, dict[str, str]]:
         # gRPC carries bytes where REST carries JSON values: each result list travels JSON-encoded.
         for output in response.outputs:
-            output.data.root = [json.dumps(results).encode() for results in output.data.root]
-        headers = extract_headers(response)  # the request id, as REST sends it in its response headers
-        if headers:
-            context.set_trailing_metadata(to_metadata(headers))
-        return ModelInferResponseConverter.from_types(response, use_raw=bool(request.raw_input_contents))
+            output.data.root = [orjson.dumps(results) for results in output.data.root]
+        headers = extract_headers(response) or {}
+        return ModelInferResponseConverter.from_types(response, use_raw=raw), headers
 
     async def ModelStreamInfer(self, requests_stream, context):
         await context.abort(grpc.StatusCode.UNIMPLEMENTED, "this engine serves ModelInfer; streaming is not served")

@@ -65,18 +65,22 @@ def body_of(scenario: Scenario) -> dict:
 # --- the servers, started on free loopback ports and stopped by PID -------------------------------------------
 
 
-def free_port() -> int:
+def free_ports(count: int) -> list[int]:
+    """Different free ports: each is held until all are chosen, so none comes up twice."""
     import socket
+    from contextlib import ExitStack
 
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    with ExitStack() as held:
+        socks = [held.enter_context(socket.socket()) for _ in range(count)]
+        for sock in socks:
+            sock.bind(("127.0.0.1", 0))
+        return [sock.getsockname()[1] for sock in socks]
 
 
 class Server:
     def __init__(self, kind: str, task: str, engine_src: Path, log_dir: Path, profile: Path | None = None):
         self.kind, self.task = kind, task
-        self.http, self.grpc, metrics = free_port(), free_port(), free_port()
+        self.http, self.grpc, metrics = free_ports(3)
         env = {
             **os.environ,
             "MLSERVER_HOST": "127.0.0.1",

@@ -9,19 +9,20 @@ from pathlib import Path
 
 import pytest
 
-from chariot_support.testing import free_port, run_demo_engine
+from chariot_support.testing import free_ports, run_demo_engine
 
 HERE = Path(__file__).parent
 
 
 def start_unloadable(**env: str) -> tuple[int, str]:
     """Run the engine of a model whose load fails until it exits by itself; its exit code and log."""
+    http, grpc, metrics = free_ports(3)
     environment = {
         **os.environ,
         "MLSERVER_HOST": "127.0.0.1",
-        "MLSERVER_HTTP_PORT": str(free_port()),
-        "MLSERVER_GRPC_PORT": str(free_port()),
-        "MLSERVER_METRICS_PORT": str(free_port()),
+        "MLSERVER_HTTP_PORT": str(http),
+        "MLSERVER_GRPC_PORT": str(grpc),
+        "MLSERVER_METRICS_PORT": str(metrics),
         "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]),
         **env,
     }

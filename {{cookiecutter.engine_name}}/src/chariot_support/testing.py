@@ -4,6 +4,8 @@ loopback ports and stop it by its process id."""
 from __future__ import annotations
 
 import base64
+import contextlib
+import http.client
 import json
 import os
 import signal
@@ -15,7 +17,6 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -60,9 +61,19 @@ def draw_scene() -> Scene:
 
 
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    return free_ports(1)[0]
+
+
+def free_ports(count: int) -> list[int]:
+    """`count` different free ports on 127.0.0.1: each is held until all are chosen, so none comes up twice (a gRPC
+    server shares a port it binds, and would answer HTTP requests meant for the REST server on it)."""
+    with contextlib.ExitStack() as held:
+        ports = []
+        for _ in range(count):
+            sock = held.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+            sock.bind(("127.0.0.1", 0))
+            ports.append(sock.getsockname()[1])
+        return ports
 
 
 def encode_image(rgb: np.ndarray, extension: str = ".png") -> str:
@@ -232,11 +243,11 @@ def _ready(url: str) -> bool:
     try:
         with urllib.request.urlopen(f"{url}/v2/health/ready", timeout=2) as response:
             return response.status == 200
-    except (urllib.error.URLError, ConnectionError, OSError):
-        return False
+    except (urllib.error.URLError, http.client.HTTPException, OSError):
+        return False  # not listening yet, or something other than the engine's REST server answered
 
 
-@contextmanager
+@contextlib.contextmanager
 def run_engine(
     package: str,
     *,
@@ -249,7 +260,7 @@ def run_engine(
 ) -> Iterator[RunningEngine]:
     """Start `python -m package *args` on free 127.0.0.1 ports, wait until it is ready, and stop it afterwards.
     `popen` goes to subprocess.Popen (cwd, user, group...)."""
-    ports = free_port(), free_port(), free_port()
+    ports = free_ports(3)
     environment = {
         **os.environ,
         "MLSERVER_HOST": "127.0.0.1",

@@ -305,3 +305,12 @@ def test_answers_must_match_the_prompts_in_order():
             "must answer the prompts",
             repr(list(prompts)),
         )
+
+
+def test_a_contour_is_a_frozen_copy_of_the_models_array():
+    array = np.array([[1, 2], [3, 4]], np.int32)
+    (contour,) = Segmentation(label="a", score=0.5, contour=[array]).contour
+    array[0, 0] = 99  # the model reuses its buffer for the next image
+    assert contour[0] == {"x": 1.0, "y": 2.0}
+    with pytest.raises(ValueError, match="read-only"):
+        contour.xy[0, 0] = 5

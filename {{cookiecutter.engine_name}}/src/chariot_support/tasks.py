@@ -148,6 +148,7 @@ class Contour(Sequence[Point]):
     __slots__ = ("xy",)
 
     def __init__(self, xy: np.ndarray):
+        xy.flags.writeable = False  # results are frozen: the points are too
         self.xy = xy
 
     @classmethod
@@ -159,7 +160,7 @@ class Contour(Sequence[Point]):
             raise ValueError(
                 f"a contour array holds x, y pairs (N x 2, or N x 1 x 2 as OpenCV gives), got {value.shape}"
             )
-        xy = np.ascontiguousarray(value.reshape(-1, 2), dtype=np.float64)
+        xy = np.array(value.reshape(-1, 2), dtype=np.float64)  # a copy: the model may reuse its array
         if value.dtype.kind == "f" and not np.isfinite(xy).all():  # whole numbers (OpenCV's) are always finite
             raise ValueError("a contour array must hold finite numbers, not NaN or infinity")
         return cls(xy)
@@ -207,9 +208,6 @@ class Contour(Sequence[Point]):
         text = text.replace(b",", b',"y":')  # every comma, separators included: x,"y":y],"y":[x,"y":y]],"y":[[x,"y":y
         text = text.replace(b']],"y":[[', b'}],[{"x":').replace(b'],"y":[', b'},{"x":')
         return b'[[{"x":' + text + b"}]]"
-
-
-_POINT_LISTS = TypeAdapter(Annotated[list[Point], Field(min_length=1)])
 
 
 def _read_contour(value: Any, checked) -> Contour:

@@ -2,6 +2,7 @@
 the same body, CloudEvents headers, inference and HTTP metrics, and bodies in unusual but valid shapes still read as
 MLServer reads them."""
 
+import base64
 import json
 import re
 
@@ -102,3 +103,29 @@ def test_with_mlservers_cors_on_inference_answers_carry_its_headers(scene):
         assert answer.status_code == 200, answer.text
         assert answer.headers["access-control-allow-origin"] == "https://app.example"
         assert answer.json()["outputs"][0]["data"][0], "the demo finds the scene's shapes"
+
+
+def test_the_root_infer_is_answered_by_the_front_as_by_the_app(segmenter, scene):
+    """chariot-v2 (a JSON body, an image file) and chariot-v2-kserve at the root /infer: counted under "/infer" in
+    MLServer's HTTP metrics and logged under the served model; an unusual chariot-v2-kserve body still reads as
+    MLServer reads it."""
+    image_b64 = chariot_request(image_input("image-0", scene.pixels))["inputs"][0]["data"][0]
+    before = http_count(segmenter, "/infer", 200)
+    url = f"{segmenter.url}/infer"
+    chariot_v2 = requests.post(url, json={"input": image_b64}, headers={"x-request-id": "root-1"}, timeout=30)
+    assert chariot_v2.status_code == 200 and chariot_v2.headers["x-request-id"] == "root-1"
+    assert chariot_v2.json()["output"], "the demo finds the scene's shapes"
+    as_file = requests.post(url, data=base64.b64decode(image_b64), headers={"content-type": "image/png"}, timeout=30)
+    assert as_file.json() == chariot_v2.json()
+    plain = chariot_request(image_input("image-0", scene.pixels))
+    unusual = json.loads(json.dumps(plain))
+    unusual["inputs"][0]["shape"] = ["1"]
+    kserve = [requests.post(url, data=json.dumps(body), timeout=30) for body in (plain, unusual)]
+    assert [r.status_code for r in kserve] == [200, 200]
+    assert kserve[0].json()["outputs"] == kserve[1].json()["outputs"]
+    assert kserve[0].json()["outputs"][0]["data"][0] == chariot_v2.json()["output"]
+    assert http_count(segmenter, "/infer", 200) == before + 4
+    refused = requests.post(url, json={"input": image_b64, "parameters": {"action": "dance"}}, timeout=30)
+    assert refused.status_code == 400 and "'dance'" in refused.json()["error"]
+    line = next(json.loads(x) for x in segmenter.log().splitlines() if '"root-1"' in x and '"path"' in x)
+    assert (line["model"], line["path"], line["status"]) == ("m-demo", "/infer", 200)

@@ -661,33 +661,46 @@ def install_chariot_routes(app: FastAPI, data_plane: ChariotDataPlane, *, max_re
     protocol = chariot_v2.protocol_from_env()
     limits = engine_limits()
 
-    async def infer(raw_request: Request, raw_response: Response) -> Response:
-        """chariot-v2-kserve or chariot-v2, as CHARIOT_INFERENCE_PROTOCOL pins it or the request shows it."""
-        body = await raw_request.body()
-        content_type = raw_request.headers.get("content-type")
+    async def root_answer(body: bytes, headers: Mapping[str, str]) -> tuple[bytes, str, dict[str, str]] | None:
+        """The root /infer's answer, chariot-v2-kserve or chariot-v2 as CHARIOT_INFERENCE_PROTOCOL pins it or the
+        request shows it: its body, media type and headers. None for a chariot-v2-kserve body in an unusual shape,
+        which MLServer's request model reads. Errors are ChariotErrors, in chariot-v2's words for its requests."""
+        content_type = headers.get("content-type")
         form = None
         try:
             chosen, decoded = chariot_v2.choose(protocol, content_type, body)
             if chosen is chariot_v2.Protocol.KSERVE:
-                return await _infer_kserve(raw_request, raw_response, body, decoded)
+                if decoded is None:
+                    decoded = await asyncio.to_thread(read_json, body) if len(body) > 1 << 20 else read_json(body)
+                plain = request_from_json(decoded)
+                if plain is None:
+                    return None
+                content, extra = await data_plane.infer_body(plain, data_plane.model_name, None, headers)
+                return content, "application/json", extra
             form = chariot_v2.form_of(content_type, body, decoded)
             model = await find_model(data_plane, data_plane.model_name, None)
             task = import_model_class(model.settings.parameters.extra["model_class"]).task_type
             request = chariot_v2.parse(
-                body, content_type, raw_request.headers.get(chariot_v2.PARAMETERS_HEADER), task, limits, decoded=decoded
+                body, content_type, headers.get(chariot_v2.PARAMETERS_HEADER), task, limits, decoded=decoded
             )
-            request_id = header_request_id(raw_request.headers) or uuid.uuid4().hex
+            request_id = header_request_id(headers) or uuid.uuid4().hex
             note_request_id(request_id)
             results, _ = await predict_images(model, request.parsed, request_id, explain=False, as_json=True)
         except SERVING_ERRORS as error:
             error = unwrap_worker_error(error)
             message = chariot_v2.reword(str(error), form) if form is not None else str(error)
-            return _error(error.status_code, message)
+            raise ChariotError(message, error.status_code) from None
         content, media_type = chariot_v2.render(results, form)
-        return Response(content, media_type=media_type, headers={"x-request-id": request_id})
+        return content, media_type, {"x-request-id": request_id}
 
-    async def _infer_kserve(raw_request: Request, raw_response: Response, body: bytes, decoded) -> Response:
-        return await infer_v2(raw_request, body, decoded, data_plane.model_name, None)
+    async def infer(raw_request: Request) -> Response:
+        """The root /infer, when the front (front.py) hands it on: a chariot-v2-kserve body in an unusual shape."""
+        body = await raw_request.body()
+        answer = await root_answer(body, raw_request.headers)
+        if answer is None:
+            return await infer_v2(raw_request, body, None, data_plane.model_name, None)
+        content, media_type, extra = answer
+        return Response(content, media_type=media_type, headers=extra)
 
     async def ready() -> JSONResponse:
         if await data_plane.ready():
@@ -754,6 +767,7 @@ def install_chariot_routes(app: FastAPI, data_plane: ChariotDataPlane, *, max_re
     app.add_middleware(
         InferenceFront,
         data_plane=data_plane,
+        root_answer=root_answer,
         max_bytes=max_request_bytes,
         max_elements=engine_limits().max_elements,
         max_depth=config().max_json_depth,

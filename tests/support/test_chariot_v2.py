@@ -3,6 +3,7 @@ each answering what chariot-v2-kserve answers for the same image and parameters,
 
 import base64
 import json
+import zlib
 
 import pytest
 import requests
@@ -270,3 +271,15 @@ def test_chariot_v2_with_parallel_workers(image):
         bad = post(running, b"GIF89a not a picture", "image/gif")
         message = error_of(bad, "not an image")
         assert "mlserver" not in message and "chariot_support" not in message
+
+
+def test_an_image_file_full_of_bracket_bytes_is_not_read_as_json(engine, task, scene):
+    """A photo's compressed bytes hold '[' and '{' by chance (about one byte in 128): an image file sent as the body
+    is an image, not a JSON document nesting hundreds of levels deep."""
+    png = base64.b64decode(encode_image(scene.pixels))
+    text = b"Comment\x00" + b"[{" * 400
+    chunk = len(text).to_bytes(4, "big") + b"tEXt" + text + zlib.crc32(b"tEXt" + text).to_bytes(4, "big")
+    bracketed = png[:-12] + chunk + png[-12:]  # a valid PNG: a text chunk before the closing IEND chunk
+    reply = post(engine, bracketed, "image/png", **{HEADER: json.dumps(settings(task))})
+    assert reply.status_code == 200, reply.text
+    assert reply.json() == {"output": kserve_results(engine, encode_image(scene.pixels), settings(task))}

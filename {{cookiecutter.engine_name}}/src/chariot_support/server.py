@@ -763,7 +763,7 @@ def install_chariot_routes(app: FastAPI, data_plane: ChariotDataPlane, *, max_re
     app.add_middleware(ShortErrors, max_chars=config().max_error_chars)
     app.add_middleware(Framing)
     install_request_log(app, data_plane.model_name)
-    # Outermost of the engine's middlewares: V2 inference answered in one pass (see front.py).
+    # Outermost of the engine's middlewares: inference (V2 and the root /infer) answered in one pass (see front.py).
     app.add_middleware(
         InferenceFront,
         data_plane=data_plane,

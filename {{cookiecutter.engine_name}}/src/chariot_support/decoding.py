@@ -126,7 +126,7 @@ _INPUT_KEYS = frozenset(("name", "shape", "datatype", "data", "parameters"))
 _DATATYPES = frozenset((*NUMERIC_DTYPES, "BYTES"))
 
 
-def _plain_parameters(value: Any) -> bool:
+def plain_parameters(value: Any) -> bool:
     # content_type and headers are fields of the server's parameters model: a content_type that is a string reads
     # the same either way (clients built on MLServer's codecs send one with every input); any other, and any
     # headers, take the server's own reading.
@@ -144,7 +144,7 @@ def request_from_json(body: Any) -> Request | None:
     inputs, request_id = body.get("inputs"), body.get("id")
     if not isinstance(inputs, list) or not (request_id is None or isinstance(request_id, str)):
         return None
-    if not _plain_parameters(body.get("parameters")):
+    if not plain_parameters(body.get("parameters")):
         return None
     tensors = []
     for tensor in inputs:
@@ -155,7 +155,7 @@ def request_from_json(body: Any) -> Request | None:
             return None
         if datatype not in _DATATYPES:
             return None
-        if not all(type(d) is int for d in shape) or not _plain_parameters(tensor.get("parameters")):
+        if not all(type(d) is int for d in shape) or not plain_parameters(tensor.get("parameters")):
             return None
         tensors.append(
             Tensor(name=name, data=tensor["data"], shape=shape, datatype=datatype, parameters=tensor.get("parameters"))

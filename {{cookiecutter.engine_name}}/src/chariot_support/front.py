@@ -17,7 +17,6 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-import orjson
 from starlette.middleware.cors import CORSMiddleware
 from starlette.middleware.gzip import GZipMiddleware
 
@@ -27,7 +26,7 @@ from .decoding import request_from_json
 from .errors import BadRequest
 from .internals import SERVING_ERRORS, HTTPMetrics
 from .logs import REQUEST_ID_HEADERS, _current, header_request_id, log_request
-from .traffic import BOTH_FRAMINGS, RETRY_AFTER, body_too_large, find_middleware, replay, shape_problem, short_error
+from .traffic import BOTH_FRAMINGS, body_too_large, find_middleware, replay, send_error, shape_problem, short_error
 
 logger = logging.getLogger("chariot_support")
 
@@ -38,7 +37,6 @@ INFER_PATH = re.compile(r"/v2/models/([^/]+)(/versions/([^/]+))?/infer(/?)|/infe
 # may come from.
 _REQUEST_IDS = tuple(name.encode() for name in REQUEST_ID_HEADERS)
 _WANTED = {b"content-length", b"transfer-encoding", b"content-type", PARAMETERS_HEADER.encode(), *_REQUEST_IDS}
-_JSON = (b"content-type", b"application/json")
 
 
 def read_json(body: bytes) -> Any:
@@ -165,15 +163,7 @@ class InferenceFront:
                 return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
     async def _error(self, send, status: int, message: str, *, close: bool = False) -> int:
-        body = orjson.dumps({"error": short_error(message, self.max_error_chars)})
-        headers = [_JSON, (b"content-length", b"%d" % len(body))]
-        if status == 503:
-            headers.append((b"retry-after", RETRY_AFTER))
-        if close:
-            headers.append((b"connection", b"close"))
-        await send({"type": "http.response.start", "status": status, "headers": headers})
-        await send({"type": "http.response.body", "body": body})
-        return status
+        return await send_error(send, status, short_error(message, self.max_error_chars), close=close)
 
 
 def _route(path: re.Match) -> str:

@@ -55,7 +55,7 @@ from . import chariot_v2
 from . import model_id as model_id_rule
 from .base import ChariotModel
 from .decoding import Request as V2Request
-from .decoding import Tensor, request_from_json
+from .decoding import Tensor, plain_parameters, request_from_json
 from .errors import BadRequest, ChariotError, ModelLoadFailed, NotFound
 from .front import InferenceFront, read_json
 from .internals import (
@@ -321,17 +321,15 @@ def _wider_parameters(parameters) -> None:
                 parameters[key].int64_param = field.data
 
 
-def _plain_grpc_parameters(parameters) -> tuple[bool, dict[str, Any] | None]:
-    """Parameters of the kinds gRPC holds as plain values, and whether they read the same as through MLServer's
-    parameters model (no headers, a content_type only as a string)."""
+def _grpc_parameters(parameters) -> dict[str, Any] | None:
+    """gRPC parameters as plain values; None when one holds a kind MLServer's parameters model reads its own way."""
     values = {}
     for key, parameter in parameters.items():
         kind = parameter.WhichOneof("parameter_choice")
         if kind is None:
-            return False, None
+            return None
         values[key] = getattr(parameter, kind)
-    plain = "headers" not in values and isinstance(values.get("content_type", ""), str)
-    return plain, values or None
+    return values if plain_parameters(values) else None
 
 
 def _unpack_bytes(raw: bytes) -> list[bytes] | None:
@@ -355,15 +353,17 @@ def plain_grpc_request(request: pb.ModelInferRequest) -> V2Request | None:
         return None
     inputs = []
     for index, tensor in enumerate(request.inputs):
-        plain, parameters = _plain_grpc_parameters(tensor.parameters)
-        if tensor.datatype != "BYTES" or not plain:
+        parameters = _grpc_parameters(tensor.parameters)
+        if tensor.datatype != "BYTES" or parameters is None:
             return None
         data = _unpack_bytes(raw[index]) if raw else list(tensor.contents.bytes_contents)
         if data is None:
             return None
-        inputs.append(Tensor(name=tensor.name, data=data, shape=list(tensor.shape), parameters=parameters))
-    plain, parameters = _plain_grpc_parameters(request.parameters)
-    return V2Request(inputs=inputs, parameters=parameters, id=request.id or None) if plain else None
+        inputs.append(Tensor(name=tensor.name, data=data, shape=list(tensor.shape), parameters=parameters or None))
+    parameters = _grpc_parameters(request.parameters)
+    if parameters is None:
+        return None
+    return V2Request(inputs=inputs, parameters=parameters or None, id=request.id or None)
 
 
 def grpc_response(answer: dict, *, raw: bool) -> pb.ModelInferResponse:

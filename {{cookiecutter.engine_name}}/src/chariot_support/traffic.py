@@ -87,13 +87,18 @@ def replay(body: bytes, receive):
     return again
 
 
-async def _send_error(send, status: int, message: str, *, close: bool = False) -> None:
+async def send_error(send, status: int, message: str, *, close: bool = False) -> int:
+    """Answer with `{"error": message}`; a 503 says when to retry, and `close` ends the connection. Returns the
+    status."""
     body = json.dumps({"error": message}).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    if status == 503:
+        headers.append((b"retry-after", RETRY_AFTER))
     if close:
         headers.append((b"connection", b"close"))
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
+    return status
 
 
 class BodyShape:
@@ -121,7 +126,7 @@ class BodyShape:
         del chunks
         problem = await shape_problem(body, max_elements=self.max_elements, max_depth=self.max_depth)
         if problem is not None:
-            return await _send_error(send, *problem)
+            return await send_error(send, *problem)
         await self.app(scope, replay(body, receive), send)
 
 
@@ -137,7 +142,7 @@ class Framing:
             return await self.app(scope, receive, send)
         names = {k.lower() for k, _ in scope["headers"]}
         if b"content-length" in names and b"transfer-encoding" in names:
-            return await _send_error(send, 400, BOTH_FRAMINGS, close=True)
+            return await send_error(send, 400, BOTH_FRAMINGS, close=True)
 
         async def retry_later(message):
             if message["type"] == "http.response.start" and message["status"] == 503:
@@ -275,7 +280,7 @@ class BodyLimit:
         self.max_bytes = max_bytes
 
     async def _refuse(self, send, size: str) -> None:
-        await _send_error(send, 413, body_too_large(size, self.max_bytes))
+        await send_error(send, 413, body_too_large(size, self.max_bytes))
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":

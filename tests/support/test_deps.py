@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from chariot_support.deps import add_dependency, opencv_conflicts, read_pins
+from chariot_support.deps import CONFLICT, add_dependency, opencv_conflicts, pip_failure, read_pins
 from template_paths import SUPPORT_SRC
 
 
@@ -65,6 +65,7 @@ dependencies = [
     "mlserver==1.7.1",
     # a comment the file keeps
     "numpy>=2.4,<2.5",
+    # The template's dependencies end here. Your model's go below this comment.
 ]
 
 [project.optional-dependencies]
@@ -72,12 +73,44 @@ test = ["pytest==9.2.0"]
 """
 
 
-def test_a_dependency_is_added_at_the_end_of_the_list(tmp_path):
+def test_dependencies_are_added_below_the_templates_in_order(tmp_path):
     pyproject = tmp_path / "pyproject.toml"
     pyproject.write_text(PYPROJECT)
     assert add_dependency(pyproject, "onnxruntime==1.32.0")
-    assert pyproject.read_text() == PYPROJECT.replace('<2.5",\n]', '<2.5",\n    "onnxruntime==1.32.0",\n]')
+    assert add_dependency(pyproject, "six==1.17.0")
+    ours = '    "onnxruntime==1.32.0",\n    "six==1.17.0",\n'
+    assert pyproject.read_text() == PYPROJECT.replace("below this comment.\n]", f"below this comment.\n{ours}]")
     assert not add_dependency(pyproject, "ONNXRuntime>=1"), "already there, whatever its spelling"
+
+
+def test_pip_failure_names_the_conflict_and_the_pin_to_release():
+    output = "\n".join(
+        [
+            "Collecting mlserver==1.7.1",
+            "ERROR: Cannot install road-sign because these package versions have conflicting dependencies.",
+            "",
+            CONFLICT,
+            "    mlserver 1.7.1 depends on protobuf<7.0.0 and >=5.27.2",
+            "    mediapipe 0.10.14 depends on protobuf<5 and >=4.25.3",
+            "    The user requested (constraint) protobuf==6.33.6",
+            "",
+            "To fix this you could try to:",
+            "ERROR: ResolutionImpossible: for help visit https://pip.pypa.io",
+        ]
+    )
+    said = pip_failure(output).splitlines()
+    assert said[:4] == [
+        CONFLICT,
+        "    mlserver 1.7.1 depends on protobuf<7.0.0 and >=5.27.2",
+        "    mediapipe 0.10.14 depends on protobuf<5 and >=4.25.3",
+        "    The user requested (constraint) protobuf==6.33.6",
+    ]
+    assert said[4].startswith("constraints.txt pins protobuf==6.33.6:") and "`--release protobuf`" in said[4]
+
+
+def test_pip_failure_without_a_conflict_keeps_every_error_line_whole():
+    output = "Collecting nothing-here\nWARNING: a warning\nERROR: No matching distribution found for nothing-here==9\n"
+    assert pip_failure(output) == "ERROR: No matching distribution found for nothing-here==9"
 
 
 def test_pins_are_read_from_constraints(tmp_path):

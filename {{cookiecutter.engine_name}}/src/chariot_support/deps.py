@@ -2,12 +2,14 @@
 
     python -m chariot_support.deps add 'onnxruntime==1.32.0'   # add to pyproject.toml, then lock
     python -m chariot_support.deps lock                        # resolve pyproject.toml again into constraints.txt
+    python -m chariot_support.deps lock --release protobuf     # the same, letting protobuf's pin move
     python -m chariot_support.deps check                       # this environment has one OpenCV, the headless one
 
 Run it from the engine's folder. Locking installs the engine with its test extra into a fresh virtual environment
 with this Python, keeping every version constraints.txt already pins where it can, and writes every package it
 installed, exactly pinned, into constraints.txt: the image installs the runtime ones, `pip install -c
-constraints.txt -e '.[test]'` all of them.
+constraints.txt -e '.[test]'` all of them. When pip cannot resolve, the command says which requirements conflict
+and which pins hold them, and leaves pyproject.toml and constraints.txt as they were.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ from pathlib import Path
 HEADLESS = "opencv-python-headless"
 # Each installs its own cv2 over the engine's, and needs libGL, which the slim image does not have.
 OTHER_OPENCVS = ("opencv-python", "opencv-contrib-python")
+# pip's heading of the lines that say which requirements of a failed resolution conflict.
+CONFLICT = "The conflict is caused by:"
 HEADER = """\
 # Every package the engine installs, pinned, so an image built a year from now gets the same versions as today;
 # pyproject.toml keeps the ranges the engine's code accepts, this file picks one version in each (the engine itself
@@ -63,8 +67,9 @@ def opencv_conflicts(distributions: Iterable[importlib.metadata.Distribution] | 
 
 
 def add_dependency(pyproject: Path, requirement: str) -> bool:
-    """Add `requirement` to [project] dependencies in `pyproject`, keeping the file's layout; False if that package
-    is already there."""
+    """Add `requirement` at the end of [project] dependencies in `pyproject`, keeping the file's layout; False if
+    that package is already there. The end is below the template's own dependencies and the comment that closes
+    them, where a template update (cruft update) adds nothing, so the two do not meet in a merge."""
     text = pyproject.read_text()
     current = tomllib.loads(text)["project"]["dependencies"]
     if any(_name(r) == _name(requirement) for r in current):
@@ -101,7 +106,8 @@ def lock(engine: Path, *, python: str = sys.executable, release: Iterable[str] =
         _run([*pip, "uninstall", "-y", "setuptools"], "remove the environment's own setuptools")
         held = Path(folder) / "held.txt"
         held.write_text("\n".join(pin for name, pin in old.items() if name not in released) + "\n")
-        _run([*pip, "install", "-c", str(held), f"{engine}[test]"], "install the engine with those pins")
+        # Not --quiet: pip says which requirements conflict at its info level.
+        _run([*pip[:-1], "install", "-c", str(held), f"{engine}[test]"], "install the engine with those pins")
         check = subprocess.run(
             [str(venv / "bin" / "python"), "-m", "chariot_support.deps", "check"], capture_output=True, text=True
         )
@@ -116,8 +122,30 @@ def lock(engine: Path, *, python: str = sys.executable, release: Iterable[str] =
 def _run(command: list[str], doing: str) -> str:
     result = subprocess.run(command, capture_output=True, text=True)
     if result.returncode != 0:
-        raise SystemExit(f"could not {doing}:\n{(result.stderr or result.stdout).strip()[-3000:]}")
+        why = pip_failure(result.stdout + "\n" + result.stderr)
+        raise SystemExit(f"could not {doing}:\n{why}")
     return result.stdout
+
+
+def pip_failure(output: str) -> str:
+    """What in pip's output (stdout and stderr together) says why it failed: the lines naming the requirements
+    that conflict and, for a pin of constraints.txt among them, how to let it move; else its ERROR lines."""
+    lines = output.splitlines()
+    if CONFLICT in lines:
+        start = lines.index(CONFLICT) + 1
+        end = next((n for n in range(start, len(lines)) if not lines[n].strip()), len(lines))
+        causes = [line.strip() for line in lines[start:end]]
+        pins = [m.group(1) for c in causes if (m := re.fullmatch(r"The user requested \(constraint\) (\S+)", c))]
+        said = [CONFLICT, *(f"    {c}" for c in causes)]
+        if pins:
+            names = " ".join(f"--release {_name(p)}" for p in pins)
+            said.append(
+                f"constraints.txt pins {', '.join(pins)}: pick a version of your requirement that accepts that, or"
+                f" run the command again with `{names}` to let the pin move (a dependency above may still hold it)"
+            )
+        return "\n".join(said)
+    errors = [line for line in lines if line.startswith("ERROR:")]
+    return "\n".join(errors or [line for line in lines if line.strip()][-20:])
 
 
 def _changes(old: dict[str, str], new: dict[str, str]) -> list[str]:
@@ -132,7 +160,11 @@ def main(argv: list[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     add = commands.add_parser("add", help="add a dependency to pyproject.toml and lock")
     add.add_argument("requirement", help="a requirement with a tight pin, such as 'onnxruntime==1.32.0'")
-    commands.add_parser("lock", help="resolve pyproject.toml again into constraints.txt")
+    lock_command = commands.add_parser("lock", help="resolve pyproject.toml again into constraints.txt")
+    for command in (add, lock_command):
+        command.add_argument(
+            "--release", action="append", default=[], metavar="PACKAGE", help="let this package's pin move (repeatable)"
+        )
     commands.add_parser("check", help="check that this environment has one OpenCV, the headless one")
     args = parser.parse_args(argv)
     if args.command == "check":
@@ -144,13 +176,19 @@ def main(argv: list[str] | None = None) -> int:
     if not (engine / "pyproject.toml").is_file():
         parser.error("run it from the engine's folder, where pyproject.toml is")
     old = read_pins(engine / "constraints.txt")
-    release: list[str] = []
+    files = {p: p.read_bytes() for p in (engine / "pyproject.toml", engine / "constraints.txt") if p.is_file()}
+    release: list[str] = args.release
     if args.command == "add":
         if not add_dependency(engine / "pyproject.toml", args.requirement):
             parser.error(f"{_name(args.requirement)} is already a dependency in pyproject.toml: edit its pin there")
-        release = [args.requirement]
+        release = [args.requirement, *release]
         print(f"added {args.requirement} to pyproject.toml; locking (a minute or two)...")
-    new = lock(engine, release=release)
+    try:
+        new = lock(engine, release=release)
+    except SystemExit as failed:
+        for path, content in files.items():
+            path.write_bytes(content)
+        raise SystemExit(f"{failed.code}\npyproject.toml and constraints.txt are as they were.") from None
     print("constraints.txt:", *(_changes(old, new) or ["  no changes"]), sep="\n")
     print("reinstall: pip install -c constraints.txt -e '.[test]'")
     return 0

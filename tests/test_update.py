@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import tomllib
 
 from template_paths import ENGINE_TEMPLATE, TEMPLATE_ROOT
 
@@ -164,3 +165,68 @@ def test_baking_again_over_an_engine_keeps_the_users_model(tmp_path, isolated):
     assert again.pop("README.md"), "the missing README was not baked again"
     assert again == ours
     assert not (engine / "_tasks").exists()
+
+
+def test_an_engine_baked_with_cookiecutter_links_to_cruft_with_the_answers_it_carries(tmp_path, isolated):
+    """The README's `cruft link` records the engine's own answers (from .cookiecutter.json), not the template's
+    defaults, so `cruft diff` shows nothing on an engine as baked."""
+    template = tmp_path / "template"
+    copy_template(template)
+    run(["git", "init", "-q"], template, isolated)
+    commit(template, "template", isolated)
+    answers = {"engine_name": "road-sign", "task_type": "Image Segmentation", "description": 'Signs, "quoted"'}
+    cli = [sys.executable, "-m", "cookiecutter", "--no-input", str(template), "-o", str(tmp_path)]
+    run([*cli, *(f"{k}={v}" for k, v in answers.items())], tmp_path, isolated)
+    engine = tmp_path / "road-sign"
+    carried = json.loads((engine / ".cookiecutter.json").read_text())
+    questions = {k for k in json.loads((TEMPLATE_ROOT / "cookiecutter.json").read_text()) if not k.startswith("_")}
+    assert set(carried) == questions, "the engine must carry every answer the template asks for"
+    assert {k: carried[k] for k in answers} == answers
+    run(["git", "init", "-q"], engine, isolated)
+    commit(engine, "engine as baked", isolated)
+
+    cruft = [sys.executable, "-m", "cruft"]
+    extra = (engine / ".cookiecutter.json").read_text()
+    run([*cruft, "link", str(template), "--no-input", "--extra-context", extra], engine, isolated)
+    assert json.loads((engine / ".cruft.json").read_text())["context"]["cookiecutter"]["engine_name"] == "road-sign"
+    diff = run([*cruft, "diff", "--exit-code"], engine, isolated)
+    assert not diff.stdout.strip(), diff.stdout[:3000]
+
+
+def test_a_dependency_the_user_added_and_one_the_template_added_merge_in_an_update(tmp_path, isolated):
+    """`deps add` writes below the comment closing the template's dependencies, so a template update that adds
+    one of its own merges without a conflict."""
+    from chariot_support.deps import add_dependency
+
+    cruft = [sys.executable, "-m", "cruft"]
+    template = tmp_path / "template"
+    copy_template(template)
+    run(["git", "init", "-q"], template, isolated)
+    commit(template, "older template", isolated)
+    projects = tmp_path / "projects"
+    answers = json.dumps({"engine_name": "road-sign"})
+    run(
+        [*cruft, "create", str(template), "--no-input", "--output-dir", str(projects), "--extra-context", answers],
+        tmp_path,
+        isolated,
+    )
+    engine = projects / "road-sign"
+    run(["git", "init", "-q"], engine, isolated)
+    commit(engine, "engine as baked", isolated)
+    assert add_dependency(engine / "pyproject.toml", "onnxruntime==1.32.0")
+    commit(engine, "our model's dependency", isolated)
+
+    pyproject = template / ENGINE_TEMPLATE.name / "pyproject.toml"
+    text = pyproject.read_text()
+    assert '    "uvloop>=0.21,<0.22",\n' in text
+    pyproject.write_text(
+        text.replace('    "uvloop>=0.21,<0.22",\n', '    "uvloop>=0.21,<0.22",\n    "zstandard==0.25.0",\n')
+    )
+    commit(template, "the template needs zstandard", isolated)
+
+    run([*cruft, "update", "--skip-apply-ask"], engine, isolated)
+    assert not list(engine.rglob("*.rej")), "the update left conflicts"
+    merged = (engine / "pyproject.toml").read_text()
+    assert "<<<<<<<" not in merged
+    dependencies = tomllib.loads(merged)["project"]["dependencies"]
+    assert dependencies[-3:] == ["uvloop>=0.21,<0.22", "zstandard==0.25.0", "onnxruntime==1.32.0"], dependencies

@@ -3,6 +3,7 @@ the answers a plain REST request gets for the same image. Run by test_tritonclie
 
 import json
 
+import numpy as np
 import pytest
 
 from tritonclient_support import (
@@ -13,6 +14,7 @@ from tritonclient_support import (
     TASK,
     TRANSPORTS,
     Client,
+    b64,
     plain_rest,
     plain_rest_results,
     scene_png,
@@ -94,6 +96,21 @@ def test_raw_image_bytes_equal_base64_over_grpc():
     )
     expected = plain_rest_results(plain_rest(MODEL, {"image-0": scene_png()}, {"prompts": PROMPTS}))
     assert client.results(as_file, "image-0") == expected["image-0"]
+
+
+def test_http_binary_data_is_refused_with_the_extension_and_the_way_out_named():
+    # tritonclient's HTTP client sends tensors in the binary-data extension unless told binary_data=False.
+    client = Client("http")
+    tensor = client.lib.InferInput("image-0", [1], "BYTES")
+    tensor.set_data_from_numpy(np.array([b64(scene_png()).encode()], dtype=np.object_))
+    error = client.error(lambda: client.infer(MODEL, [tensor], parameters=client.parameters(prompts=PROMPTS)))
+    assert error.status() == "400", error
+    message = error.message()
+    assert "binary-data extension" in message and "binary_data=False" in message, message
+    assert "not valid JSON" not in message, message
+    expected = plain_rest_results(plain_rest(MODEL, {"image-0": scene_png()}, {"prompts": PROMPTS}))
+    result = client.infer(MODEL, [client.image("image-0", scene_png())], parameters=client.parameters(prompts=PROMPTS))
+    assert client.results(result, "image-0") == expected["image-0"], "the engine should keep serving as before"
 
 
 def test_request_id_is_echoed_and_metadata_passes_through(client):

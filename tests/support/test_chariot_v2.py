@@ -175,6 +175,24 @@ def test_json_that_is_not_an_object(engine):
     error_of(post(engine, "[1, 2]", "application/json"), "'inputs'")
 
 
+@pytest.mark.parametrize("path", ["/infer", "/v2/models/m-demo/infer"])
+def test_a_body_in_the_binary_data_extension_is_named_with_the_way_out(engine, image, path):
+    """tritonclient's default layout: a JSON head giving each input's binary_data_size, then the raw tensor."""
+    element = image.encode()
+    tensor = len(element).to_bytes(4, "little") + element
+    head = {"inputs": [{"name": "image-0", "shape": [1], "datatype": "BYTES"}]}
+    head["inputs"][0]["parameters"] = {"binary_data_size": len(tensor)}
+    encoded = json.dumps(head).encode()
+    reply = requests.post(
+        f"{engine.url}{path}",
+        data=encoded + tensor,
+        headers={"Inference-Header-Content-Length": str(len(encoded))},
+        timeout=30,
+    )
+    message = error_of(reply, "binary-data extension", "binary_data=False")
+    assert "not valid JSON" not in message
+
+
 def test_json_with_an_unknown_key(engine, image):
     error_of(post(engine, json.dumps({"input": image, "params": {}}), "application/json"), "'params'")
 

@@ -24,6 +24,14 @@ JSONL_TYPES = ("application/jsonl", "application/x-ndjson", "application/ndjson"
 # Keys MLServer's Parameters reads as its own fields: as image parameters they would turn an image into text.
 _RESERVED = ("content_type", "headers")
 _KEYS = ("input", "parameters")
+# The Open Inference Protocol's binary-data extension sends a JSON head whose inputs give their `binary_data_size`,
+# then the tensors' raw bytes: what tritonclient's HTTP client sends unless told binary_data=False.
+BINARY_DATA_MARK = b'"binary_data_size"'
+BINARY_DATA = (
+    "{where} is JSON followed by binary tensor data (the binary-data extension, which tritonclient uses by default),"
+    " and this engine reads JSON only: send the tensors as JSON, with tritonclient"
+    " `InferInput.set_data_from_numpy(array, binary_data=False)` (and `InferRequestedOutput(name, binary_data=False)`)"
+)
 
 
 class Protocol(StrEnum):
@@ -100,6 +108,8 @@ def read_json(raw: bytes, where: str) -> Any:
     try:
         return orjson.loads(raw)
     except ValueError as exc:  # orjson's JSONDecodeError, invalid UTF-8 included
+        if BINARY_DATA_MARK in raw:
+            raise BadRequest(BINARY_DATA.format(where=where)) from None
         raise BadRequest(f"{where} is not valid JSON: {exc}") from None
 
 

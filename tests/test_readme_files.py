@@ -4,7 +4,7 @@ the checkout clean."""
 import re
 import subprocess
 
-from template_paths import TEMPLATE_ROOT
+from template_paths import ENGINE_TEMPLATE, TEMPLATE_ROOT
 
 README = TEMPLATE_ROOT / "README.md"
 # Files the commands in the README write: cv2.imwrite('<file>', ...) and the client's --draw <file>.
@@ -25,3 +25,16 @@ def test_every_file_the_readme_writes_is_ignored_by_git():
     for name in written_files():
         result = subprocess.run(["git", "check-ignore", "-q", "--no-index", name], cwd=TEMPLATE_ROOT)
         assert result.returncode == 0, f"{name}, written by a README command, would show as an untracked file"
+
+
+def test_every_podman_run_in_the_readmes_has_the_options_the_image_test_runs_with():
+    """The image test runs podman with the runtime and limits these hosts need; a README command without them
+    fails with `error setting rlimit type 7`."""
+    script = (TEMPLATE_ROOT / "scripts" / "test-image").read_text()
+    options = re.search(r"^RUN_OPTIONS=\((.*?)\)", script, re.M).group(1)
+    assert "--runtime runc" in options and "--ulimit nofile=" in options
+    for readme in (README, ENGINE_TEMPLATE / "README.md"):
+        commands = re.findall(r"^\s*podman run .*$", readme.read_text(), re.M)
+        assert commands, f"{readme} shows no podman run command"
+        for command in commands:
+            assert f"podman run --rm {options} " in command, f"{readme}: {command.strip()} lacks {options}"

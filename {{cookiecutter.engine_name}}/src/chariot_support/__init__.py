@@ -13,12 +13,18 @@ _EXPORTS = {
     "Classification": ".tasks",
     "Detection": ".tasks",
     "Image": ".decoding",
+    "Letterbox": ".detectors",
     "OrientedDetection": ".tasks",
     "PromptAnswer": ".tasks",
     "Segmentation": ".tasks",
     "TaskType": ".tasks",
     "contours_from_mask": ".tasks",
+    "corners": ".detectors",
+    "letterbox": ".detectors",
+    "nms": ".detectors",
     "read_labels": ".labels",
+    "sigmoid": ".detectors",
+    "softmax": ".detectors",
 }
 __all__ = [
     "BadRequest",
@@ -26,12 +32,18 @@ __all__ = [
     "Classification",
     "Detection",
     "Image",
+    "Letterbox",
     "OrientedDetection",
     "PromptAnswer",
     "Segmentation",
     "TaskType",
     "contours_from_mask",
+    "corners",
+    "letterbox",
+    "nms",
     "read_labels",
+    "sigmoid",
+    "softmax",
 ]
 
 
@@ -50,6 +62,7 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:
     from .base import ChariotModel
     from .decoding import Image
+    from .detectors import Letterbox, corners, letterbox, nms, sigmoid, softmax
     from .errors import BadRequest
     from .labels import read_labels
     from .tasks import (

@@ -18,6 +18,7 @@ DESTINATIONS = {
     "model.py": Path("src") / PACKAGE / "model.py",
     "test_task.py": Path("tests") / "test_task.py",
     "example_model.py": Path("examples") / "model.py",
+    "example_yolo.py": Path("examples") / "yolo_model.py",  # Object Detection only
 }
 
 
@@ -35,7 +36,7 @@ def install_task_files() -> None:
         return
     for name, destination in DESTINATIONS.items():
         # Baking over an existing engine (cookiecutter -f -s) must not replace the user's model with the demo.
-        if not destination.exists():
+        if (chosen / name).exists() and not destination.exists():
             destination.parent.mkdir(exist_ok=True)
             shutil.move(str(chosen / name), destination)
 

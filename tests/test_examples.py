@@ -24,9 +24,9 @@ SIDE = 32  # the input size the tiny models are exported for
 LABELS = ["red", "green", "blue"]
 
 
-def example(task: str):
-    path = ENGINE_TEMPLATE / "_tasks" / task / "example_model.py"
-    spec = importlib.util.spec_from_file_location(f"example_{task}", path)
+def example(task: str, file: str = "example_model.py"):
+    path = ENGINE_TEMPLATE / "_tasks" / task / file
+    spec = importlib.util.spec_from_file_location(f"example_{task}_{path.stem}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module.Model
@@ -177,6 +177,88 @@ def test_the_transformers_example_answers_each_prompt(tmp_path):
     assert [a.prompt for a in answers] == prompts
     for reply in answers:
         assert reply.answer and set(reply.answer.replace("?", " ? ").split()) <= set(vocab), reply.answer
+
+
+YOLO_SIDE = 64
+
+
+def yolo_model(folder: Path, *, names_in_the_model: bool = False) -> Path:
+    """A YOLO export's interface: `images` (1 x 3 x 64 x 64) in, raw candidates `output0` (1 x (4 + 3) x 5) out,
+    each column cx cy w h in input pixels, then a score per class (red, green, blue):
+
+    0. (20, 24)-(44, 40), red: the mean red of the input there (1 for a red box letterboxed to that place);
+    1. one pixel to the right, red, 0.6: overlaps 0 by IoU 0.92, so suppression drops it;
+    2. where 0 is, green, 0.5: another class, kept;
+    3. (4, 8)-(12, 24), blue: the mean green of the input there, half the letterbox's grey padding (114 / 255)
+       and half the picture's black;
+    4. anywhere, red, 0.005: under the example's floor."""
+    candidates = np.zeros((1, 7, 5), np.float32)
+    candidates[0, :4] = np.array(
+        [[32, 32, 24, 16], [33, 32, 24, 16], [32, 32, 24, 16], [8, 16, 8, 16], [50, 50, 4, 4]]
+    ).T
+    candidates[0, 4 + 0, 1], candidates[0, 4 + 1, 2], candidates[0, 4 + 0, 4] = 0.6, 0.5, 0.005
+
+    def region_mean(name: str, channel: int, x0: int, y0: int, x1: int, y1: int) -> list:
+        return [
+            constant(f"{name}_starts", [0, channel, y0, x0], TensorProto.INT64),
+            constant(f"{name}_ends", [1, channel + 1, y1, x1], TensorProto.INT64),
+            helper.make_node("Slice", ["images", f"{name}_starts", f"{name}_ends"], [f"{name}_region"]),
+            helper.make_node("ReduceMean", [f"{name}_region"], [name], keepdims=0),
+        ]
+
+    def one_hot(name: str, row: int, column: int):
+        mask = np.zeros((1, 7, 5), np.float32)
+        mask[0, row, column] = 1
+        return constant(name, mask)
+
+    nodes = [
+        *region_mean("red", 0, 20, 24, 44, 40),
+        *region_mean("padding", 1, 4, 8, 12, 24),
+        constant("candidates", candidates),
+        one_hot("red_place", 4 + 0, 0),
+        one_hot("padding_place", 4 + 2, 3),
+        helper.make_node("Mul", ["red_place", "red"], ["red_score"]),
+        helper.make_node("Mul", ["padding_place", "padding"], ["padding_score"]),
+        helper.make_node("Add", ["candidates", "red_score"], ["partial"]),
+        helper.make_node("Add", ["partial", "padding_score"], ["output0"]),
+    ]
+    images = helper.make_tensor_value_info("images", TensorProto.FLOAT, [1, 3, YOLO_SIDE, YOLO_SIDE])
+    graph = helper.make_graph(nodes, "yolo", [images], [output("output0", TensorProto.FLOAT, [1, 7, 5])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    if names_in_the_model:
+        helper.set_model_props(model, {"names": str(dict(enumerate(LABELS)))})
+    onnx.checker.check_model(model)
+    onnx.save(model, str(folder / "model.onnx"))
+    if not names_in_the_model:
+        (folder / "labels.txt").write_text("\n".join(LABELS) + "\n")
+    return folder
+
+
+@pytest.mark.parametrize("names_in_the_model", [False, True], ids=["labels.txt", "names in the export"])
+def test_the_yolo_example_letterboxes_suppresses_and_maps_boxes_back(tmp_path, names_in_the_model):
+    model = example("object_detection", "example_yolo.py")()
+    model.load(yolo_model(tmp_path, names_in_the_model=names_in_the_model))
+    # 128 x 64 letterboxed into 64 x 64: scale 0.5, 16 rows of padding on top. The red box (40, 16)-(88, 48) lands
+    # at (20, 24)-(44, 40) of the input, where candidate 0 is.
+    pixels = picture(128, 64, (255, 0, 0), (40, 16, 88, 48))
+    found = [(r.label, r.score, (r.xmin, r.ymin, r.xmax, r.ymax)) for r in answer(model, as_image(pixels))]
+    assert found == [
+        ("red", pytest.approx(1.0), pytest.approx((40, 16, 88, 48))),
+        ("green", pytest.approx(0.5), pytest.approx((40, 16, 88, 48))),
+        ("blue", pytest.approx(114 / 255 / 2, abs=1e-6), pytest.approx((8, 0, 24, 16))),
+    ]
+    above = answer(model, as_image(pixels, score_threshold=0.45))
+    assert [r.label for r in above] == ["red", "green"]
+    # In a blue picture candidate 0 scores 0, so nothing suppresses candidate 1, one input pixel to its right.
+    blue = picture(128, 64, (0, 0, 255))
+    first, second = model.predict([as_image(pixels), as_image(blue)], {})
+    assert [r.label for r in first] == ["red", "green", "blue"]
+    assert [(r.label, r.score, (r.xmin, r.ymin, r.xmax, r.ymax)) for r in second][0] == (
+        "red",
+        pytest.approx(0.6),
+        pytest.approx((42, 16, 90, 48)),
+    )
 
 
 def test_an_example_serves_in_a_baked_engine_whose_suite_stays_green(tmp_path):

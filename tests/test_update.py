@@ -95,26 +95,39 @@ def commit(repo: Path, message: str, env: dict[str, str]) -> str:
     return run(["git", "rev-parse", "HEAD"], repo, env).stdout.strip()
 
 
-def test_cruft_update_brings_template_changes_and_keeps_the_users_model(tmp_path, isolated):
-    assert importlib.util.find_spec("cruft"), "cruft is not installed here: pip install -r requirements-dev.txt"
-    cruft = [sys.executable, "-m", "cruft"]
+CRUFT = [sys.executable, "-m", "cruft"]
+
+
+def template_repository(tmp_path: Path, env: dict[str, str]) -> Path:
+    """A copy of the template as a git repository of one commit, as cruft reads templates."""
     template = tmp_path / "template"
     copy_template(template)
-    run(["git", "init", "-q"], template, isolated)
-    commit(template, "older template", isolated)
+    run(["git", "init", "-q"], template, env)
+    commit(template, "older template", env)
+    return template
 
+
+def cruft_engine(template: Path, answers: dict[str, str], tmp_path: Path, env: dict[str, str]) -> Path:
+    """An engine `cruft create` bakes from `template`, committed to a git repository of its own."""
     projects = tmp_path / "projects"
-    answers = json.dumps({"engine_name": "road-sign", "task_type": "Object Detection"})
+    extra = json.dumps(answers)
     run(
-        [*cruft, "create", str(template), "--no-input", "--output-dir", str(projects), "--extra-context", answers],
+        [*CRUFT, "create", str(template), "--no-input", "--output-dir", str(projects), "--extra-context", extra],
         tmp_path,
-        isolated,
+        env,
     )
-    engine = projects / "road-sign"
+    engine = projects / answers["engine_name"]
+    run(["git", "init", "-q"], engine, env)
+    commit(engine, "engine as baked", env)
+    return engine
+
+
+def test_cruft_update_brings_template_changes_and_keeps_the_users_model(tmp_path, isolated):
+    assert importlib.util.find_spec("cruft"), "cruft is not installed here: pip install -r requirements-dev.txt"
+    template = template_repository(tmp_path, isolated)
+    engine = cruft_engine(template, {"engine_name": "road-sign", "task_type": "Object Detection"}, tmp_path, isolated)
     model_path = engine / "src" / "road_sign" / "model.py"
     assert "TaskType.OBJECT_DETECTION" in model_path.read_text()
-    run(["git", "init", "-q"], engine, isolated)
-    commit(engine, "engine as baked", isolated)
 
     # The user puts their model in, as the README tells them to.
     users_model = model_path.read_text().replace('"""', '"""Road signs, found by our own network.\n\n', 1)
@@ -130,10 +143,10 @@ def test_cruft_update_brings_template_changes_and_keeps_the_users_model(tmp_path
     demo.write_text(demo.read_text() + "\n# The newer demo model.\n")
     newer = commit(template, "newer template", isolated)
 
-    checked = subprocess.run([*cruft, "check"], cwd=engine, env=isolated, capture_output=True, text=True, timeout=300)
+    checked = subprocess.run([*CRUFT, "check"], cwd=engine, env=isolated, capture_output=True, text=True, timeout=300)
     assert checked.returncode != 0, "cruft check should report the engine out of date before the update"
 
-    run([*cruft, "update", "--skip-apply-ask"], engine, isolated)
+    run([*CRUFT, "update", "--skip-apply-ask"], engine, isolated)
     assert 'TEMPLATE_REVISION = "newer"' in (engine / "src" / "chariot_support" / "__init__.py").read_text()
     assert (engine / "README.md").read_text().endswith("A paragraph the newer template adds.\n")
     assert model_path.read_text() == users_model, "the update touched the user's model.py"
@@ -146,7 +159,7 @@ def test_cruft_update_brings_template_changes_and_keeps_the_users_model(tmp_path
         "README.md",
         "src/chariot_support/__init__.py",
     ]
-    run([*cruft, "check"], engine, isolated)
+    run([*CRUFT, "check"], engine, isolated)
 
 
 def test_baking_again_over_an_engine_keeps_the_users_model(tmp_path, isolated):
@@ -170,10 +183,7 @@ def test_baking_again_over_an_engine_keeps_the_users_model(tmp_path, isolated):
 def test_an_engine_baked_with_cookiecutter_links_to_cruft_with_the_answers_it_carries(tmp_path, isolated):
     """The README's `cruft link` records the engine's own answers (from .cookiecutter.json), not the template's
     defaults, so `cruft diff` shows nothing on an engine as baked."""
-    template = tmp_path / "template"
-    copy_template(template)
-    run(["git", "init", "-q"], template, isolated)
-    commit(template, "template", isolated)
+    template = template_repository(tmp_path, isolated)
     answers = {"engine_name": "road-sign", "task_type": "Image Segmentation", "description": 'Signs, "quoted"'}
     cli = [sys.executable, "-m", "cookiecutter", "--no-input", str(template), "-o", str(tmp_path)]
     run([*cli, *(f"{k}={v}" for k, v in answers.items())], tmp_path, isolated)
@@ -185,11 +195,10 @@ def test_an_engine_baked_with_cookiecutter_links_to_cruft_with_the_answers_it_ca
     run(["git", "init", "-q"], engine, isolated)
     commit(engine, "engine as baked", isolated)
 
-    cruft = [sys.executable, "-m", "cruft"]
     extra = (engine / ".cookiecutter.json").read_text()
-    run([*cruft, "link", str(template), "--no-input", "--extra-context", extra], engine, isolated)
+    run([*CRUFT, "link", str(template), "--no-input", "--extra-context", extra], engine, isolated)
     assert json.loads((engine / ".cruft.json").read_text())["context"]["cookiecutter"]["engine_name"] == "road-sign"
-    diff = run([*cruft, "diff", "--exit-code"], engine, isolated)
+    diff = run([*CRUFT, "diff", "--exit-code"], engine, isolated)
     assert not diff.stdout.strip(), diff.stdout[:3000]
 
 
@@ -198,21 +207,8 @@ def test_a_dependency_the_user_added_and_one_the_template_added_merge_in_an_upda
     one of its own merges without a conflict."""
     from chariot_support.deps import add_dependency
 
-    cruft = [sys.executable, "-m", "cruft"]
-    template = tmp_path / "template"
-    copy_template(template)
-    run(["git", "init", "-q"], template, isolated)
-    commit(template, "older template", isolated)
-    projects = tmp_path / "projects"
-    answers = json.dumps({"engine_name": "road-sign"})
-    run(
-        [*cruft, "create", str(template), "--no-input", "--output-dir", str(projects), "--extra-context", answers],
-        tmp_path,
-        isolated,
-    )
-    engine = projects / "road-sign"
-    run(["git", "init", "-q"], engine, isolated)
-    commit(engine, "engine as baked", isolated)
+    template = template_repository(tmp_path, isolated)
+    engine = cruft_engine(template, {"engine_name": "road-sign"}, tmp_path, isolated)
     assert add_dependency(engine / "pyproject.toml", "onnxruntime==1.32.0")
     commit(engine, "our model's dependency", isolated)
 
@@ -224,7 +220,7 @@ def test_a_dependency_the_user_added_and_one_the_template_added_merge_in_an_upda
     )
     commit(template, "the template needs zstandard", isolated)
 
-    run([*cruft, "update", "--skip-apply-ask"], engine, isolated)
+    run([*CRUFT, "update", "--skip-apply-ask"], engine, isolated)
     assert not list(engine.rglob("*.rej")), "the update left conflicts"
     merged = (engine / "pyproject.toml").read_text()
     assert "<<<<<<<" not in merged

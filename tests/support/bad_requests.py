@@ -22,7 +22,7 @@ from pydantic import ValidationError
 
 from chariot_support.decoding import DEFAULT_LIMITS, decode_image, parse_request
 from chariot_support.errors import ChariotError
-from chariot_support.server import GRPC_STATUS
+from chariot_support.grpc_service import GRPC_STATUS
 from chariot_support.testing import encode_image, grpc_request
 
 # Image Text to Text needs prompts; the other tasks pass them to predict untouched, so every image carries some.

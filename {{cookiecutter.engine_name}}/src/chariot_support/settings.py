@@ -46,6 +46,8 @@ class EngineSettings:
     max_elements: int = _setting("CHARIOT_MAX_ELEMENTS", 1_000_000)
     # Most pixels the images of one request may decode to: four 12-megapixel photos fit many times over.
     max_request_pixels: int = _setting("CHARIOT_MAX_REQUEST_PIXELS", 200_000_000)
+    # Bytes of all request bodies in flight (REST and gRPC), in MiB; a body that does not fit waits, then gets a 503.
+    body_budget_mb: int = _setting("CHARIOT_BODY_BUDGET_MB", 256)
     # Decoded bytes of all requests in flight, in MiB; a request that does not fit waits, then gets a 503.
     decode_budget_mb: int = _setting("CHARIOT_DECODE_BUDGET_MB", 1024)
     # Seconds a request waits for room in the decode budget, or for a thread, before its 503.
@@ -85,6 +87,11 @@ class EngineSettings:
             raise ValueError(
                 "CHARIOT_PREDICT_INLINE runs one predict at a time on the event loop, so no request could wait for"
                 " others to batch with: set CHARIOT_MAX_BATCH_SIZE=1, or turn CHARIOT_PREDICT_INLINE off"
+            )
+        if settings.body_budget_mb < settings.max_request_mb:
+            raise ValueError(
+                f"CHARIOT_BODY_BUDGET_MB ({settings.body_budget_mb}) is smaller than CHARIOT_MAX_REQUEST_MB"
+                f" ({settings.max_request_mb}), so the largest request allowed could never be read: raise the budget"
             )
         if not settings.threads:
             settings = cls(**{**values, "threads": os.cpu_count() or 1})

@@ -47,7 +47,7 @@ class MemoryBudget:
         """Decoded bytes of `images`, read from their headers alone; a 413 when they can never be served."""
         pixels = 0
         for image in images:
-            width, height, _ = image_header(image.encoded, f"input '{image.name}'", self._limits)
+            width, height, _ = image_header(image.encoded, image.where, self._limits, image.item)
             pixels += width * height
         if pixels > self._settings.max_request_pixels:
             raise TooLarge(

@@ -15,19 +15,20 @@ from typing import Any
 
 from mlserver import MLServer
 from mlserver.context import model_context, model_name_var
-from mlserver.errors import MLServerError, ModelNotReady
+from mlserver.errors import MLServerError
 from mlserver.grpc import server as mlserver_grpc_server
 from mlserver.grpc.server import GRPCServer
 from mlserver.grpc.servicers import InferenceServicer
 from mlserver.handlers import DataPlane
 from mlserver.parallel.errors import WorkerError, WorkerStop
+from mlserver.parallel.messages import ModelRequestMessage  # noqa: F401 - for workers.py: a predict, not a load
 from mlserver.parallel.model import ParallelModel
 from mlserver.settings import ModelSettings, Settings
 from mlserver.types import InferenceResponse
 from mlserver.utils import extract_headers
 from starlette_exporter import PrometheusMiddleware
 
-from .errors import ChariotError, ModelLoadFailed, ModelLoading, NotFound
+from .errors import ChariotError, ModelLoadFailed
 from .traffic import find_middleware
 
 logger = logging.getLogger("chariot_support")
@@ -76,23 +77,6 @@ def unwrap_worker_error(error: BaseException) -> BaseException:
             if isinstance(kind, type) and issubclass(kind, ChariotError):
                 return kind(message)
     return error
-
-
-async def find_model(data_plane, name: str, version: str | None):
-    """The one model behind `name` (any version label names the one version the engine serves), for the routes
-    MLServer does not serve itself."""
-    with data_plane.named(name) as resolved:
-        model = await data_plane.model_registry.get_model(resolved)
-    if version is not None and version != model.version:
-        raise NotFound(f"model '{name}' has no version '{version}'; its version is '{model.version}'")
-    return model
-
-
-async def predict_images(model, request, request_id: str, explain: bool, as_json: bool = False):
-    """`ChariotRuntime.predict_images` on the served model, in this process or in the parallel worker it lives in."""
-    if not model.ready:
-        raise ModelLoading("the model is still loading; try again when GET /v1/models/<name> says ready")
-    return await call_runtime(model, "predict_images", request, request_id, explain, as_json)
 
 
 def current_model_name() -> str:
@@ -196,15 +180,13 @@ def _inference_metrics(data_plane: DataPlane, name: str, version: str | None) ->
 
 
 @asynccontextmanager
-async def served_inference(data_plane: DataPlane, name: str, version: str | None):
-    """What MLServer's data plane does around an inference, for the engine's own inference route: its request
-    metrics (count, failures, duration) under the model's name, the not-ready check, and the model's context (which
-    names the model in log lines). Yields the model."""
-    duration, failures, successes = _inference_metrics(data_plane, name, version)
+async def served_inference(data_plane: DataPlane, model, version: str | None):
+    """What MLServer's data plane does around an inference (its private `_infer_contextmanager`), for the engine's
+    one inference path: its request metrics (count, failures, duration) under the model's name and the version the
+    request asked for, as MLServer labels them, and the model's context (which names the model in log lines). Yields
+    the model."""
+    duration, failures, successes = _inference_metrics(data_plane, model.name, version)
     with duration.time(), failures.count_exceptions():
-        model = await data_plane._model_registry.get_model(name, version)
-        if not model.ready:
-            raise ModelNotReady(name, version)
         with model_context(model.settings):
             yield model
         successes.inc()

@@ -9,10 +9,8 @@ import os
 import signal
 from itertools import cycle
 
-from mlserver.parallel.messages import ModelRequestMessage
-
 from .errors import PredictTimeout
-from .internals import WORKER_GRACE, WorkersDown, signal_name
+from .internals import WORKER_GRACE, ModelRequestMessage, WorkersDown, signal_name
 
 logger = logging.getLogger("chariot_support")
 

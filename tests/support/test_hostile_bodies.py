@@ -10,46 +10,12 @@ import time
 import grpc
 import pytest
 import requests
-from hostile import HERE, RSSGuard, peak_rss_mib, png_request, rss_mib
+from hostile import HERE, HealthProbe, RSSGuard, peak_rss_mib, png_request, rss_mib
 from mlserver.grpc.dataplane_pb2_grpc import GRPCInferenceServiceStub
 
 from chariot_support.testing import grpc_request, run_engine
 
 URL = "/v2/models/m-faulty/infer"
-
-
-class HealthProbe:
-    """Asks /v2/health/live from a new connection every 50 ms while the block runs; `worst` is the slowest answer,
-    a failed or timed-out probe counting as 10 s."""
-
-    def __init__(self, engine):
-        self.engine = engine
-        self.worst = 0.0
-        self.failures: list[str] = []
-        self._done = threading.Event()
-        self._thread = threading.Thread(target=self._probe, daemon=True)
-
-    def _probe(self) -> None:
-        while not self._done.is_set():
-            started = time.monotonic()
-            try:
-                reply = requests.get(f"{self.engine.url}/v2/health/live", timeout=10)
-                if reply.status_code != 200:
-                    self.failures.append(f"health answered {reply.status_code}")
-                took = time.monotonic() - started
-            except requests.RequestException as error:
-                self.failures.append(f"{type(error).__name__}: {error}")
-                took = 10.0
-            self.worst = max(self.worst, took)
-            self._done.wait(0.05)
-
-    def __enter__(self):
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._done.set()
-        self._thread.join()
 
 
 @pytest.fixture(scope="module")

@@ -41,7 +41,7 @@ def sends(scene) -> dict:
     v2 = json.dumps(chariot_request(image_input("image-0", scene.pixels)))
     unusual = json.loads(v2)
     unusual["inputs"][0]["shape"] = ["1"]  # read by MLServer's request model, into the same request
-    line = json.dumps({"input": b64, "parameters": {"action": "predict"}})
+    line = json.dumps({"input": b64})
     return {
         "v2": ("/v2/models/m-demo/infer", v2, {}),
         "v2-slash": ("/v2/models/m-any/infer/", v2, {}),
@@ -85,6 +85,35 @@ def test_every_rest_request_is_answered_by_the_pipeline(served, scene, kind):
     # gzip compresses answers of 500 bytes and more (Starlette's threshold, as MLServer configures it).
     compressed = configuration == "gzip" and len(reply.content) >= 500
     assert (reply.headers.get("content-encoding") == "gzip") is compressed, (len(reply.content), reply.headers)
+
+
+def results_of(kind: str, reply: requests.Response) -> list:
+    """The one image's results, whatever the form of the answer."""
+    if kind.startswith(("v2", "root-kserve")):
+        return [reply.json()["outputs"][0]["data"][0]]
+    if kind == "root-jsonl":
+        return [json.loads(line)["output"] for line in reply.text.splitlines()]
+    if kind.startswith("root"):
+        return [reply.json()["output"]]
+    return reply.json()["predictions"]
+
+
+def test_every_body_form_gets_the_same_results(served, scene):
+    _, engine = served
+    answers = {}
+    for kind, (path, body, headers) in sends(scene).items():
+        if kind == "v1-classify":  # another answer format, checked below
+            continue
+        reply = requests.post(f"{engine.url}{path}", data=body, headers=headers, timeout=30)
+        assert reply.status_code == 200, (kind, reply.text[:300])
+        answers[kind] = results_of(kind, reply)
+    expected = answers["v2"][0]
+    assert expected, "the demo classifies the scene"
+    for kind, results in answers.items():
+        assert all(r == expected for r in results), (kind, results, expected)
+    path, body, headers = sends(scene)["v1-classify"]
+    classified = requests.post(f"{engine.url}{path}", data=body, headers=headers, timeout=30).json()["results"][0]
+    assert classified[0][0] == expected[0]["label"]
 
 
 def test_grpc_requests_are_answered_by_the_pipeline(served, scene):

@@ -186,11 +186,18 @@ class InferenceFront:
         return 200
 
     async def _v2(self, body: bytes, match: re.Match, headers: dict[str, str]) -> tuple[bytes, str, dict]:
-        decoded = await asyncio.to_thread(v2.read_json, body) if len(body) > _LARGE else v2.read_json(body)
-        return await self._answer_v2(decoded, headers, match["name"], match["version"])
+        return await self._answer_v2(body, None, headers, match["name"], match["version"])
 
-    async def _answer_v2(self, decoded: Any, headers: dict[str, str], name: str | None, version: str | None):
-        answer = await self.pipeline.answer(v2.parse(decoded), headers, name, version)
+    async def _answer_v2(
+        self, body: bytes, decoded: Any, headers: dict[str, str], name: str | None, version: str | None
+    ) -> tuple[bytes, str, dict]:
+        """A V2 JSON body (`decoded`, when it is already read) answered; a large one is read off the loop."""
+
+        def read() -> Any:
+            return v2.parse(v2.read_json(body) if decoded is None else decoded)
+
+        request = await asyncio.to_thread(read) if len(body) > _LARGE else read()
+        answer = await self.pipeline.answer(request, headers, name, version)
         return v2.render(answer), "application/json", answer.headers
 
     async def _root(self, body: bytes, match: re.Match, headers: dict[str, str]) -> tuple[bytes, str, dict]:
@@ -199,9 +206,7 @@ class InferenceFront:
         content_type = headers.get("content-type")
         chosen, decoded = chariot_v2.choose(self.protocol, content_type, body)
         if chosen is chariot_v2.Protocol.KSERVE:
-            if decoded is None:
-                decoded = await asyncio.to_thread(v2.read_json, body) if len(body) > _LARGE else v2.read_json(body)
-            return await self._answer_v2(decoded, headers, None, None)
+            return await self._answer_v2(body, decoded, headers, None, None)
         parameters = headers.get(chariot_v2.PARAMETERS_HEADER)
         sent = chariot_v2.parse(body, content_type, parameters, self.max_inputs, decoded=decoded)
         answer = await self.pipeline.answer(sent.request, headers)

@@ -129,7 +129,8 @@ def metric_names(task: TaskType) -> set[str]:
         from valor_lite.classification import MetricType
     else:
         from valor_lite.object_detection import MetricType
-    return {m.value for m in MetricType} - {"Counts", "ConfusionMatrix", "ConfusionMatrixWithExamples", "Examples"}
+    tables = {"Counts", "ConfusionMatrix", "ConfusionMatrixWithExamples", "Examples", "PrecisionRecallCurve"}
+    return {m.value for m in MetricType} - tables
 
 
 # --- the engine --------------------------------------------------------------------------------------------------
@@ -168,7 +169,9 @@ def task_of(url: str, model_id: str, headers: Sequence[tuple[str, str]]) -> Task
         with urllib.request.urlopen(request, timeout=30) as response:
             platform = json.loads(response.read()).get("platform", "")
     except (urllib.error.URLError, OSError, ValueError, AttributeError) as error:
-        raise EngineFailed(f"cannot read the model's metadata at {where} ({error}); pass --task, or --model-id") from None
+        raise EngineFailed(
+            f"cannot read the model's metadata at {where} ({error}); pass --task, or --model-id"
+        ) from None
     slug = platform.split("_", 1)[-1]
     for task in TaskType:
         if task.name.lower() == slug:
@@ -263,7 +266,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             task = TaskType(args.task) if args.task else task_of(url, model_id, headers)
             unknown = sorted({kind for kind, _, _ in bounds} - metric_names(task))
             if unknown:
-                print(f"error: --min {', '.join(unknown)}: {task.value} has {', '.join(sorted(metric_names(task)))}")
+                names = ", ".join(sorted(metric_names(task)))
+                print(f"error: --min {', '.join(unknown)}: {task.value} has {names}", file=sys.stderr)
                 return 2
             dataset = load(task, args.dataset, args.images)
             started = time.monotonic()

@@ -97,7 +97,9 @@ def load(task: TaskType, source: Path, images: Path | None = None) -> Dataset:
         raise DatasetError(f"{task.value} is evaluated on a folder per class or a file,label CSV; {source} is neither")
     if task is TaskType.ORIENTED_OBJECT_DETECTION:
         if not source.is_dir():
-            raise DatasetError(f"{task.value} is evaluated on a DOTA folder (images/ and labelTxt/); {source} is a file")
+            raise DatasetError(
+                f"{task.value} is evaluated on a DOTA folder (images/ and labelTxt/); {source} is a file"
+            )
         return _dota(source)
     if source.suffix.lower() not in (".jsonl", ".json") or not source.is_file():
         raise DatasetError(
@@ -131,7 +133,9 @@ def _coco(task: TaskType, source: Path, images: Path) -> Dataset:
         raise DatasetError(f"{source} holds a {type(document).__name__}; a COCO file is an object")
     for key in ("images", "annotations", "categories"):
         if not isinstance(document.get(key), list):
-            raise DatasetError(f"{source} has no {key!r} list; a COCO instances file has images, annotations, categories")
+            raise DatasetError(
+                f"{source} has no {key!r} list; a COCO instances file has images, annotations, categories"
+            )
     categories: dict[Any, str] = {}
     for index, category in enumerate(document["categories"]):
         if not isinstance(category, dict) or "id" not in category or not _text(category.get("name")):
@@ -173,7 +177,9 @@ def _coco(task: TaskType, source: Path, images: Path) -> Dataset:
         if task is TaskType.OBJECT_DETECTION:
             truth[annotation["image_id"]].append(_coco_box(annotation.get("bbox"), label, where))
         else:
-            truth[annotation["image_id"]].append(_coco_mask(annotation.get("segmentation"), label, width, height, where))
+            truth[annotation["image_id"]].append(
+                _coco_mask(annotation.get("segmentation"), label, width, height, where)
+            )
     samples = [
         Sample(uid=name, path=path, width=width, height=height, truth=tuple(truth[key]))
         for key, (name, path, width, height) in entries.items()
@@ -223,7 +229,9 @@ def _rle(rle: dict, width: int, height: int, where: str) -> np.ndarray:
     if not (isinstance(counts, list) and all(isinstance(c, int) and c >= 0 for c in counts)):
         raise DatasetError(f"{where} has RLE counts that are neither a string nor a list of whole numbers")
     if sum(counts) != width * height:
-        raise DatasetError(f"{where} has RLE counts adding up to {sum(counts)}, not the image's {width * height} pixels")
+        raise DatasetError(
+            f"{where} has RLE counts adding up to {sum(counts)}, not the image's {width * height} pixels"
+        )
     values = np.zeros(len(counts), bool)
     values[1::2] = True
     return np.repeat(values, counts).reshape(width, height).T
@@ -357,7 +365,7 @@ def _prompts(source: Path) -> Dataset:
         answers = entry.get("answer")
         answers = [answers] if isinstance(answers, str) else answers
         if not (isinstance(answers, list) and answers and all(_text(a) for a in answers)):
-            raise DatasetError(f'{where} has answer {entry.get("answer")!r}; give a string, or a list of strings')
+            raise DatasetError(f"{where} has answer {entry.get('answer')!r}; give a string, or a list of strings")
         path = source.parent / entry["image"]
         width, height = image_size(path, where)
         uid = f"{entry['image']} #{number}"
@@ -380,7 +388,9 @@ def truth_results(sample: Sample) -> list[dict]:
     drawn: list[dict] = []
     for item in sample.truth:
         if isinstance(item, Box):
-            drawn.append({"label": item.label, "xmin": item.xmin, "ymin": item.ymin, "xmax": item.xmax, "ymax": item.ymax})
+            drawn.append(
+                {"label": item.label, "xmin": item.xmin, "ymin": item.ymin, "xmax": item.xmax, "ymax": item.ymax}
+            )
         elif isinstance(item, Quad):
             drawn.append({"label": item.label, "contour": [_points(item.corners)]})
         elif isinstance(item, Mask):

@@ -98,7 +98,9 @@ def _located(dataset: Dataset, answers: dict[str, list[dict]], known: set[str]) 
         "mAR": value(MetricType.mAR),
     }
     per_label = {}
-    counts = {m.parameters["label"]: m.value for m in computed[MetricType.Counts] if m.parameters["iou_threshold"] == IOU}
+    counts = {
+        m.parameters["label"]: m.value for m in computed[MetricType.Counts] if m.parameters["iou_threshold"] == IOU
+    }
     for label in sorted(counts):
         per_label[label] = {
             "AP": value(MetricType.AP, label),
@@ -232,7 +234,9 @@ def _text(dataset: Dataset, answers: dict[str, list[dict]]) -> Scores:
     for sample in dataset.samples:
         results = answers[sample.uid]
         said = next((r["answer"] for r in results if r.get("prompt") == sample.prompt), "")
-        response = QueryResponse(query=sample.prompt or "", response=said, context=Context(groundtruth=list(sample.truth)))
+        response = QueryResponse(
+            query=sample.prompt or "", response=said, context=Context(groundtruth=list(sample.truth))
+        )
         bleu = Evaluator.compute_sentence_bleu(response)
         metrics.append(bleu)
         worst.append((sample.uid, 1.0 - float(bleu.value), f"BLEU {bleu.value:.2f}: answered {said!r}"))
@@ -260,7 +264,9 @@ def gate(scores: Scores, bounds: Sequence[tuple[str, str | None, float]]) -> lis
             if str(getattr(m.type, "value", m.type)) == kind and m.parameters.get("iou_threshold", IOU) == IOU
         ]
         if not chosen:
-            raise ValueError(f"--min {kind}: this evaluation has no such metric; it has {', '.join(metric_types(scores))}")
+            raise ValueError(
+                f"--min {kind}: this evaluation has no such metric; it has {', '.join(metric_types(scores))}"
+            )
         if not isinstance(chosen[0].value, (int, float)):
             raise ValueError(f"--min {kind}: {kind} is not a single number; choose one of the rates or averages")
         labelled = [m for m in chosen if "label" in m.parameters]

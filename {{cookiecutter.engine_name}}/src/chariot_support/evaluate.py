@@ -47,6 +47,8 @@ RESULT_KEYS = {
     TaskType.IMAGE_SEGMENTATION: {"label", "score", "contour"},
     TaskType.IMAGE_TEXT_TO_TEXT: {"prompt", "answer"},
 }
+# Tasks whose answers a score_threshold thins out; a classification keeps every label's score, as ROC AUC needs.
+THRESHOLDED = (TaskType.OBJECT_DETECTION, TaskType.ORIENTED_OBJECT_DETECTION, TaskType.IMAGE_SEGMENTATION)
 OUTPUT_NAMES = frozenset({"metrics.json", "report.md", "precision-recall.png", "confusion-matrix.png", "worst"})
 
 
@@ -186,7 +188,7 @@ def ask(url: str, sample: Sample, task: TaskType, args: argparse.Namespace, head
         [(name, sample.path.read_bytes())],
         action=ACTIONS[task],
         prompts=[sample.prompt] if sample.prompt is not None else (),
-        score_threshold=None if task is TaskType.IMAGE_TEXT_TO_TEXT else args.score_threshold,
+        score_threshold=args.score_threshold if task in THRESHOLDED else None,
     )
     try:
         reply = client.post(url, body, timeout=args.timeout, headers=headers)
@@ -304,7 +306,7 @@ def finish(args, dataset: Dataset, answers: dict[str, list[dict]], bounds, secon
         "requests": len(answers),
         "seconds": round(seconds, 3),
         "action": ACTIONS[dataset.task],
-        "score_threshold": args.score_threshold,
+        "score_threshold": args.score_threshold if dataset.task in THRESHOLDED else None,
         "summary": scores.summary,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import statistics
+import warnings
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -191,15 +192,18 @@ def _classification(dataset: Dataset, answers: dict[str, list[dict]]) -> Scores:
     loader = Loader.in_memory()
     items = []
     worst = []
+    # A label an engine leaves out of an answer (a top-k engine) scored 0 there: ROC AUC needs every label's score.
+    every = sorted(set(dataset.labels) | {r["label"] for results in answers.values() for r in results})
     for sample in dataset.samples:
         results = answers[sample.uid]
         truth = sample.truth[0]
+        given = {r["label"]: float(r["score"]) for r in results}
         items.append(
             Classification(
                 uid=sample.uid,
                 groundtruth=truth,
-                predictions=[r["label"] for r in results],
-                scores=[float(r["score"]) for r in results],
+                predictions=every,
+                scores=[given.get(label, 0.0) for label in every],
             )
         )
         top = max(results, key=lambda r: r["score"], default=None)
@@ -237,7 +241,9 @@ def _text(dataset: Dataset, answers: dict[str, list[dict]]) -> Scores:
         response = QueryResponse(
             query=sample.prompt or "", response=said, context=Context(groundtruth=list(sample.truth))
         )
-        bleu = Evaluator.compute_sentence_bleu(response)
+        with warnings.catch_warnings():  # nltk warns of every answer sharing no 4-word run with the reference
+            warnings.simplefilter("ignore", UserWarning)
+            bleu = Evaluator.compute_sentence_bleu(response)
         metrics.append(bleu)
         worst.append((sample.uid, 1.0 - float(bleu.value), f"BLEU {bleu.value:.2f}: answered {said!r}"))
     worst.sort(key=lambda w: -w[1])

@@ -96,11 +96,13 @@ def summary_lines(scores: Scores) -> list[str]:
 
 
 def markdown(dataset: Dataset, scores: Scores, about: dict[str, Any], pictures: Sequence[str]) -> str:
+    threshold = about["score_threshold"]
+    asked = f"action `{about['action']}`" + (f" and score_threshold {threshold:g}" if threshold is not None else "")
     parts = [
         f"# Evaluation of {about['engine']} on {dataset.source.name}",
         "",
         f"{about['task_type']}, {len(dataset.samples)} images, {about['requests']} requests in {about['seconds']:.1f} s;"
-        f" answers asked with action `{about['action']}` and score_threshold {about['score_threshold']:g}.",
+        f" answers asked with {asked}.",
     ]
     if dataset.task.value not in ("Image Classification", "Image Text to Text"):
         parts.append(f"A detection matches at IoU {IOU}; precision, recall and counts take answers scoring {SCORE}+.")
@@ -206,8 +208,12 @@ def side_by_side(sample: Sample, results: Sequence[dict], why: str) -> np.ndarra
 
 
 def _captioned(pixels: np.ndarray, text: str, *, below: bool = False) -> np.ndarray:
-    scale = max(0.45, min(pixels.shape[1] / 900, 1.0))
-    (width, height), base = cv2.getTextSize(text, client.FONT, scale, 1)
-    band = np.full((height + base + 12, pixels.shape[1], 3), 32, np.uint8)
-    cv2.putText(band, text, (6, height + 6), client.FONT, scale, (255, 255, 255), 1, cv2.LINE_AA)
+    """`pixels` with `text` in a dark band above (or below), wrapped to the picture's width."""
+    scale = max(0.4, min(pixels.shape[1] / 900, 1.0))
+    lines = client._wrap(text, scale, pixels.shape[1] - 12) or [""]
+    (_, height), base = cv2.getTextSize("Ag", client.FONT, scale, 1)
+    step = height + base + 6
+    band = np.full((step * len(lines) + 6, pixels.shape[1], 3), 32, np.uint8)
+    for index, line in enumerate(lines):
+        cv2.putText(band, line, (6, step * index + height + 6), client.FONT, scale, (255, 255, 255), 1, cv2.LINE_AA)
     return np.vstack([pixels, band] if below else [band, pixels])

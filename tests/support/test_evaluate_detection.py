@@ -55,7 +55,7 @@ def test_the_scores_fall_as_the_annotations_move(engine, tmp_path):
     figures = []
     for shift in (0, 4, 10, 40):
         _, metrics = run(engine, coco(tmp_path / f"data-{shift}", SCENES, shift=shift), tmp_path / f"out-{shift}")
-        figures.append((metrics["summary"]["mAP"], metrics["summary"]["mAP@0.5:0.95"]))
+        figures.append((metrics["summary"]["mAP"], metrics["summary"]["mAPAveragedOverIOUs"]))
     at_half = [f[0] for f in figures]
     averaged = [f[1] for f in figures]
     # Shapes 44-90 px wide: 4 and 10 px keep IoU above 0.5, 40 px takes every one below it.
@@ -99,7 +99,7 @@ def test_pycocotools_agrees_with_the_figures_on_imperfect_annotations(engine, tm
     stats, per_label = pycocotools_figures(dataset, detections)
     summary = metrics["summary"]
     assert 0.3 < summary["mAP@0.75"] < 0.99, summary  # the jitter moved some boxes below IoU 0.75, not all
-    assert summary["mAP@0.5:0.95"] == pytest.approx(stats[0], abs=1e-3)
+    assert summary["mAPAveragedOverIOUs"] == pytest.approx(stats[0], abs=1e-3)
     assert summary["mAP"] == pytest.approx(stats[1], abs=1e-3)
     assert summary["mAP@0.75"] == pytest.approx(stats[2], abs=1e-3)
     assert summary["mAR"] == pytest.approx(stats[8], abs=1e-3)
@@ -117,11 +117,32 @@ def test_the_gate_names_the_metric_its_value_and_the_bound(engine, tmp_path, cap
     assert code == 0, capsys.readouterr().err
     code, metrics = run(engine, dataset, tmp_path / "fails", "--min", "mAP=0.5", "--min", "mAPAveragedOverIOUs=0.9")
     assert code == 1
-    value = metrics["summary"]["mAP@0.5:0.95"]
+    value = metrics["summary"]["mAPAveragedOverIOUs"]
     assert f"mAPAveragedOverIOUs is {value:.4f}, below the bound 0.9" in capsys.readouterr().err
     code, _ = run(engine, dataset, tmp_path / "per-label", "--min", "APAveragedOverIOUs=0.99")
     err = capsys.readouterr().err
     assert code == 1 and all(f"APAveragedOverIOUs for {label} is" in err for label in ("red", "green", "blue")), err
+
+
+def test_the_gate_takes_a_metric_at_another_iou(engine, tmp_path, capsys):
+    """Moved 10 px, the boxes still match at IoU 0.5 but not all at 0.75: mAP@0.75 is the lower figure."""
+    dataset = coco(tmp_path / "data", SCENES, shift=10)
+    code, metrics = run(engine, dataset, tmp_path / "out", "--min", "mAP=0.99", "--min", "mAP@0.75=0.99")
+    at = metrics["summary"]["mAP@0.75"]
+    assert code == 1 and metrics["summary"]["mAP"] == 1.0 and at < 0.99
+    assert capsys.readouterr().err.strip().splitlines()[-1] == f"FAILED: mAP@0.75 is {at:.4f}, below the bound 0.99"
+
+
+@pytest.mark.parametrize(
+    "bound, message",
+    [
+        ("mAP@0.52=0.5", "--min mAP@0.52: mAP is computed at IoU 0.5, 0.55, 0.6"),
+        ("mAR@0.5=0.5", "--min mAR@0.5: mAR is not taken at one IoU; leave out @0.5"),
+    ],
+)
+def test_an_iou_the_metric_has_not_is_named(engine, tmp_path, capsys, bound, message):
+    code, _ = run(engine, coco(tmp_path / "data", SCENES[:1]), tmp_path / "out", "--min", bound)
+    assert code == 2 and message in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(
@@ -129,6 +150,7 @@ def test_the_gate_names_the_metric_its_value_and_the_bound(engine, tmp_path, cap
     [
         ("mAP", "must look like METRIC=VALUE"),
         ("mAP=high", "must look like METRIC=VALUE"),
+        ("mAP@high=0.5", "METRIC@IOU=VALUE"),
         ("Accuracy=0.5", "--min Accuracy: Object Detection has"),
     ],
 )
@@ -149,7 +171,7 @@ def test_the_outputs_are_there_and_readable(engine, tmp_path):
     out = tmp_path / "out"
     run(engine, dataset, out, "--worst", "3")
     report = (out / "report.md").read_text()
-    assert "| label | AP | AP@0.5:0.95 | Precision | Recall | F1 | TP | FP | FN |" in report
+    assert "| label | AP | APAveragedOverIOUs | Precision | Recall | F1 | TP | FP | FN |" in report
     assert "![precision-recall.png](precision-recall.png)" in report
     for name in ("precision-recall.png", "confusion-matrix.png"):
         picture = cv2.imread(str(out / name))

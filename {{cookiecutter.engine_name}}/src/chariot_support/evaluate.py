@@ -26,6 +26,7 @@ from pathlib import Path
 
 from . import client
 from .evaluate_data import Dataset, DatasetError, Sample, load
+from .evaluate_metrics import Bound
 from .tasks import TaskType
 
 DEFAULT_OUT = Path("evaluation")
@@ -85,8 +86,9 @@ def parser() -> argparse.ArgumentParser:
         "--min",
         action="append",
         default=[],
-        metavar="METRIC[:LABEL]=VALUE",
-        help="fail unless a valor-lite metric reaches VALUE, e.g. mAP=0.5, Accuracy=0.9, AP:person=0.6 (repeatable)",
+        metavar="METRIC[@IOU][:LABEL]=VALUE",
+        help="fail unless a valor-lite metric reaches VALUE: mAP=0.5, mAP@0.75=0.4, AP:person=0.6, Accuracy=0.9, ..."
+        " (repeatable; at IoU 0.5 unless @IOU says otherwise)",
     )
     p.add_argument(
         "--score-threshold",
@@ -107,19 +109,22 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def parse_bounds(raw: Sequence[str]) -> list[tuple[str, str | None, float]]:
-    """`METRIC[:LABEL]=VALUE` strings as (metric type, label, least value)."""
+def parse_bounds(raw: Sequence[str]) -> list[Bound]:
+    """`METRIC[@IOU][:LABEL]=VALUE` strings as Bounds."""
     bounds = []
     for item in raw:
         name, sep, value = item.partition("=")
-        kind, _, label = name.partition(":")
+        name, _, label = name.partition(":")
+        kind, at, iou = name.partition("@")
         try:
-            least = float(value)
+            least, threshold = float(value), float(iou) if at else None
         except ValueError:
-            least = float("nan")
-        if not sep or not kind.strip() or least != least:
-            raise ValueError(f"--min {item!r} must look like METRIC=VALUE or METRIC:LABEL=VALUE, e.g. mAP=0.5")
-        bounds.append((kind.strip(), label.strip() or None, least))
+            least = threshold = float("nan")
+        if not sep or not kind.strip() or least != least or threshold != threshold:
+            raise ValueError(
+                f"--min {item!r} must look like METRIC=VALUE, METRIC@IOU=VALUE or METRIC:LABEL=VALUE, e.g. mAP=0.5"
+            )
+        bounds.append(Bound(kind.strip(), threshold, label.strip() or None, least))
     return bounds
 
 
@@ -266,7 +271,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         with engine_url(args) as url:
             task = TaskType(args.task) if args.task else task_of(url, model_id, headers)
-            unknown = sorted({kind for kind, _, _ in bounds} - metric_names(task))
+            unknown = sorted({b.metric for b in bounds} - metric_names(task))
             if unknown:
                 names = ", ".join(sorted(metric_names(task)))
                 print(f"error: --min {', '.join(unknown)}: {task.value} has {names}", file=sys.stderr)
@@ -311,13 +316,16 @@ def finish(args, dataset: Dataset, answers: dict[str, list[dict]], bounds, secon
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     staged = Path(tempfile.mkdtemp(prefix=f".{args.out.name}.new-", dir=args.out.parent))
+    umask = os.umask(0)
+    os.umask(umask)
+    staged.chmod(0o777 & ~umask)  # a folder like any other the user makes, not mkdtemp's private one
     try:
         written = evaluate_report.write(staged, dataset, answers, scores, about, args.worst)
         publish(staged, args.out)
     finally:
         if staged.exists():
             shutil.rmtree(staged)
-    print(f"{dataset.task.value}: {len(dataset.samples)} images from {dataset.source} in {seconds:.1f} s")
+    print(f"{dataset.task.value}: {len(dataset.samples)} images from {dataset.source} in {seconds:.2f} s")
     print("\n".join(evaluate_report.summary_lines(scores)))
     if scores.dataset_only:
         print(f"\nonly in the dataset: {', '.join(scores.dataset_only)}")

@@ -25,12 +25,22 @@ SCORE = 0.5
 CLASSIFICATION_SCORE = 0.0
 
 
+@dataclass(frozen=True)
+class Bound:
+    """A `--min`: the metric type, the IoU it is taken at (None: IOU), the label (None: every label), the least value."""
+
+    metric: str
+    iou: float | None
+    label: str | None
+    least: float
+
+
 @dataclass
 class Scores:
     """What the report, the pictures and the gate need from one evaluation."""
 
     metrics: list  # valor-lite Metric objects, as computed
-    summary: dict[str, float]  # headline metric -> value
+    summary: dict[str, float]  # headline metric, named as --min takes it -> value
     per_label: dict[str, dict[str, float]]  # label -> column -> value (counts are ints)
     worst: list[tuple[str, float, str]]  # (sample uid, how wrong, why), worst first
     engine_only: Counter = field(default_factory=Counter)  # labels only the engine answered with -> answers
@@ -95,7 +105,7 @@ def _located(dataset: Dataset, answers: dict[str, list[dict]], known: set[str]) 
     summary = {
         "mAP": value(MetricType.mAP),
         "mAP@0.75": value(MetricType.mAP, iou=0.75),
-        "mAP@0.5:0.95": value(MetricType.mAPAveragedOverIOUs),
+        "mAPAveragedOverIOUs": value(MetricType.mAPAveragedOverIOUs),
         "mAR": value(MetricType.mAR),
     }
     per_label = {}
@@ -105,7 +115,7 @@ def _located(dataset: Dataset, answers: dict[str, list[dict]], known: set[str]) 
     for label in sorted(counts):
         per_label[label] = {
             "AP": value(MetricType.AP, label),
-            "AP@0.5:0.95": value(MetricType.APAveragedOverIOUs, label),
+            "APAveragedOverIOUs": value(MetricType.APAveragedOverIOUs, label),
             "Precision": value(MetricType.Precision, label),
             "Recall": value(MetricType.Recall, label),
             "F1": value(MetricType.F1, label),
@@ -114,10 +124,12 @@ def _located(dataset: Dataset, answers: dict[str, list[dict]], known: set[str]) 
     worst = []
     for example in examples:
         v = example.value
-        wrong = len(v["false_positives"]) + len(v["false_negatives"])
-        if wrong:
-            why = f"{len(v['false_negatives'])} missed, {len(v['false_positives'])} wrong or extra"
-            worst.append((v["datum_id"], float(wrong), why))
+        missed, extra = len(v["false_negatives"]), len(v["false_positives"])
+        if missed or extra:
+            why = [f"{missed} missed"] * bool(missed) + [f"{extra} wrong or extra answer{'s' * (extra > 1)}"] * bool(
+                extra
+            )
+            worst.append((v["datum_id"], float(missed + extra), ", ".join(why)))
     worst.sort(key=lambda w: -w[1])
     return Scores(metrics, summary, per_label, worst)
 
@@ -258,21 +270,25 @@ def metric_types(scores: Scores) -> list[str]:
     return sorted({str(getattr(m.type, "value", m.type)) for m in scores.metrics})
 
 
-def gate(scores: Scores, bounds: Sequence[tuple[str, str | None, float]]) -> list[str]:
-    """Each bound `(metric type, label or None, least value)` that falls short, as a sentence naming the metric, its
-    value and the bound. A per-label metric without a label must hold for every label; a metric given once per
-    answer (BLEU) is averaged. Parameters are the defaults above (IoU 0.5 where there is one)."""
+def gate(scores: Scores, bounds: Sequence[Bound]) -> list[str]:
+    """Each bound that falls short, as a sentence naming the metric, its value and the bound. A per-label metric
+    without a label must hold for every label; a metric given once per answer (BLEU) is averaged. The metric is
+    taken at IoU 0.5 unless the bound names another."""
     failures = []
-    for kind, label, least in bounds:
-        chosen = [
-            m
-            for m in scores.metrics
-            if str(getattr(m.type, "value", m.type)) == kind and m.parameters.get("iou_threshold", IOU) == IOU
-        ]
-        if not chosen:
+    for bound in bounds:
+        kind, label = bound.metric, bound.label
+        name = kind if bound.iou is None else f"{kind}@{bound.iou:g}"
+        iou = IOU if bound.iou is None else bound.iou
+        same = [m for m in scores.metrics if str(getattr(m.type, "value", m.type)) == kind]
+        if not same:
             raise ValueError(
                 f"--min {kind}: this evaluation has no such metric; it has {', '.join(metric_types(scores))}"
             )
+        if bound.iou is not None and "iou_threshold" not in same[0].parameters:
+            raise ValueError(f"--min {name}: {kind} is not taken at one IoU; leave out @{bound.iou:g}")
+        chosen = [m for m in same if m.parameters.get("iou_threshold", iou) == iou]
+        if not chosen:
+            raise ValueError(f"--min {name}: {kind} is computed at IoU {', '.join(map(str, IOUS))}")
         if not isinstance(chosen[0].value, (int, float)):
             raise ValueError(f"--min {kind}: {kind} is not a single number; choose one of the rates or averages")
         labelled = [m for m in chosen if "label" in m.parameters]
@@ -280,13 +296,13 @@ def gate(scores: Scores, bounds: Sequence[tuple[str, str | None, float]]) -> lis
             chosen = [m for m in labelled if m.parameters["label"] == label]
             if not chosen:
                 known = sorted({m.parameters["label"] for m in labelled})
-                raise ValueError(f"--min {kind}:{label}: no label {label!r} here; the labels are {', '.join(known)}")
+                raise ValueError(f"--min {name}:{label}: no label {label!r} here; the labels are {', '.join(known)}")
         if labelled and label is None:
-            named = [(m.parameters["label"], float(m.value)) for m in chosen]
+            found = [(m.parameters["label"], float(m.value)) for m in chosen]
         else:
-            named = [(label, statistics.fmean(float(m.value) for m in chosen))]
-        for which, got in named:
-            if not got >= least:  # NaN falls short too
-                where = f"{kind} for {which}" if which else kind
-                failures.append(f"{where} is {got:.4f}, below the bound {least:g}")
+            found = [(label, statistics.fmean(float(m.value) for m in chosen))]
+        for which, got in found:
+            if not got >= bound.least:  # NaN falls short too
+                where = f"{name} for {which}" if which else name
+                failures.append(f"{where} is {got:.4f}, below the bound {bound.least:g}")
     return failures

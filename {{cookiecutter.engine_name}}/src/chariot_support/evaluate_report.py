@@ -101,7 +101,7 @@ def markdown(dataset: Dataset, scores: Scores, about: dict[str, Any], pictures: 
     parts = [
         f"# Evaluation of {about['engine']} on {dataset.source.name}",
         "",
-        f"{about['task_type']}, {len(dataset.samples)} images, {about['requests']} requests in {about['seconds']:.1f} s;"
+        f"{about['task_type']}, {len(dataset.samples)} images, {about['requests']} requests in {about['seconds']:.2f} s;"
         f" answers asked with {asked}.",
     ]
     if dataset.task.value not in ("Image Classification", "Image Text to Text"):

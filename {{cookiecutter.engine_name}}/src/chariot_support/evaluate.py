@@ -144,11 +144,11 @@ def metric_names(task: TaskType) -> set[str]:
 
 
 @contextmanager
-def engine_url(args: argparse.Namespace) -> Iterator[str]:
-    """The base URL of the engine to evaluate: `--url`, or this engine started on free loopback ports and stopped
-    (by its process id) when the evaluation ends."""
+def engine_url(args: argparse.Namespace) -> Iterator[tuple[str, str]]:
+    """The base URL of the engine to evaluate and what to call it: `--url`, or this engine started on free loopback
+    ports and stopped (by its process id) when the evaluation ends."""
     if args.url:
-        yield args.url.rstrip("/")
+        yield args.url.rstrip("/"), args.url
         return
     from .testing import EngineDidNotStart, engine_package, run_engine
 
@@ -163,7 +163,7 @@ def engine_url(args: argparse.Namespace) -> Iterator[str]:
     print(f"starting {module} {' '.join(engine_args)}".rstrip(), file=sys.stderr)
     try:
         with run_engine(module, env=env, args=engine_args, timeout=300) as running:
-            yield running.url
+            yield running.url, " ".join([module, *engine_args])
     except EngineDidNotStart as failure:
         raise EngineFailed(str(failure)) from None
 
@@ -269,7 +269,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     model_id = args.model_id or os.environ.get("CHARIOT_MODEL_ID", "").lower() or "demo"
     try:
-        with engine_url(args) as url:
+        with engine_url(args) as (url, engine):
             task = TaskType(args.task) if args.task else task_of(url, model_id, headers)
             unknown = sorted({b.metric for b in bounds} - metric_names(task))
             if unknown:
@@ -286,10 +286,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except EngineFailed as error:
         print(f"error: {error}", file=sys.stderr)
         return 3
-    return finish(args, dataset, answers, bounds, seconds)
+    return finish(args, engine, dataset, answers, bounds, seconds)
 
 
-def finish(args, dataset: Dataset, answers: dict[str, list[dict]], bounds, seconds: float) -> int:
+def finish(args, engine: str, dataset: Dataset, answers: dict[str, list[dict]], bounds, seconds: float) -> int:
     """Score the answers, write the results, print the summary and apply the gate."""
     from . import evaluate_report
     from .evaluate_metrics import gate, score
@@ -304,7 +304,7 @@ def finish(args, dataset: Dataset, answers: dict[str, list[dict]], bounds, secon
             declared = []  # a model without a labels file: the labels it answers with are all that is known
     scores = score(dataset, answers, declared)
     about = {
-        "engine": args.url or args.engine or "this engine",
+        "engine": engine,
         "task_type": dataset.task.value,
         "dataset": str(dataset.source),
         "images": len(dataset.samples),

@@ -84,7 +84,8 @@ def rows(scores: Scores) -> tuple[list[str], list[list[str]]]:
 
 def summary_lines(scores: Scores) -> list[str]:
     """The headline figures and the per-label table as aligned text, as the command prints them."""
-    lines = [f"{name:<14}{_number(value):>8}" for name, value in scores.summary.items()]
+    width = max(map(len, scores.summary), default=0) + 2
+    lines = [f"{name:<{width}}{_number(value):>6}" for name, value in scores.summary.items()]
     heading, body = rows(scores)
     if body:
         widths = [max(len(r[i]) for r in [heading, *body]) for i in range(len(heading))]

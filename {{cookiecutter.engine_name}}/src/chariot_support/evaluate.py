@@ -99,13 +99,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=int, default=4, help="requests in flight at once (default 4)")
     p.add_argument("--worst", type=int, default=8, help="how many of the worst images to draw (default 8)")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for each answer (default 120)")
-    p.add_argument(
-        "--header",
-        action="append",
-        default=[],
-        metavar="'NAME: VALUE'",
-        help="an extra HTTP header, e.g. 'Authorization: Bearer <token>' for a deployed model",
-    )
+    client.add_header_option(p)
     return p
 
 
@@ -256,7 +250,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
         bounds = parse_bounds(args.min)
-        headers = client._headers(args.header)
+        headers = client.parse_headers(args.header)
         if args.workers < 1 or args.worst < 0:
             raise ValueError("--workers must be at least 1 and --worst at least 0")
         if not 0.0 <= args.score_threshold <= 1.0:

@@ -56,3 +56,16 @@ def test_the_readme_shows_a_real_runs_picture(baked):
     assert (root / "docs" / "evaluation-worst-image.png").read_bytes() == shipped.read_bytes()
     assert shipped.stat().st_size < 100_000
     assert "python -m chariot_support.evaluate evaluation-data/instances.json --min mAP=0.5" in readme
+
+
+def test_the_evaluation_extra_stays_out_of_the_image(baked):
+    import tomllib
+
+    root = Path(baked("Object Detection"))
+    project = tomllib.loads((root / "pyproject.toml").read_text())["project"]
+    extra = project["optional-dependencies"]["eval"]
+    assert any(r.startswith("valor-lite==") for r in extra) and all("==" in r for r in extra)
+    assert not {r.split("==")[0] for r in extra} & {re.split(r"[=<>]", r)[0] for r in project["dependencies"]}
+    # The image installs pyproject's `dependencies` and then the engine itself, never with an extra.
+    dockerfile = (root / "Dockerfile").read_text()
+    assert "['project']['dependencies']" in dockerfile and "[eval]" not in dockerfile and ".[" not in dockerfile

@@ -287,3 +287,41 @@ def test_answers_are_asked_as_chariot_asks_them(engine, tmp_path):
         assert tensor["parameters"] == {"action": "detect", "score_threshold": 0.001}
         sent.add(base64.b64decode(tensor["data"][0]))
     assert sent == {(tmp_path / "data" / s.name).read_bytes() for s in SCENES[:3]}
+
+
+class WrongFormat(http.server.BaseHTTPRequestHandler):
+    """An engine that says it detects objects but answers with classifications."""
+
+    def _answer(self, body: dict) -> None:
+        raw = json.dumps(body).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(raw)))
+        self.end_headers()
+        self.wfile.write(raw)
+
+    def do_GET(self):
+        self._answer({"name": "m-demo", "platform": "chariot-v2-kserve_object_detection"})
+
+    def do_POST(self):
+        self.rfile.read(int(self.headers["Content-Length"]))
+        self._answer({"outputs": [{"name": "image-0", "data": [[{"label": "red", "score": 0.9}]]}]})
+
+    def log_message(self, *args):
+        pass
+
+
+def test_answers_not_of_the_tasks_format_are_named_and_nothing_is_written(tmp_path, capsys):
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), WrongFormat)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    out = tmp_path / "out"
+    try:
+        url = f"http://127.0.0.1:{server.server_port}"
+        code = evaluate.main([str(coco(tmp_path / "data", SCENES[:2])), "--url", url, "--out", str(out)])
+    finally:
+        server.shutdown()
+        server.server_close()
+    err = capsys.readouterr().err
+    assert code == 3
+    assert 'the engine answered {"label": "red", "score": 0.9}, not an Object Detection result with label,' in err
+    assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["data"]

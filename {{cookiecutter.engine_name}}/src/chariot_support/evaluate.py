@@ -198,7 +198,7 @@ def ask(url: str, sample: Sample, task: TaskType, args: argparse.Namespace, head
     for result in answer.results:
         if not isinstance(result, dict) or not wanted <= result.keys():
             raise EngineFailed(
-                f"{sample.uid}: the engine answered {json.dumps(result)[:200]}, not a {task.value} result with"
+                f"{sample.uid}: the engine answered {json.dumps(result)[:200]}, not an {task.value} result with"
                 f" {', '.join(sorted(wanted))}"
             )
     return answer.results

@@ -211,7 +211,7 @@ def side_by_side(sample: Sample, results: Sequence[dict], why: str) -> np.ndarra
 def _captioned(pixels: np.ndarray, text: str, *, below: bool = False) -> np.ndarray:
     """`pixels` with `text` in a dark band above (or below), wrapped to the picture's width."""
     scale = max(0.4, min(pixels.shape[1] / 900, 1.0))
-    lines = client._wrap(text, scale, pixels.shape[1] - 12) or [""]
+    lines = client.wrap(text, scale, pixels.shape[1] - 12) or [""]
     (_, height), base = cv2.getTextSize("Ag", client.FONT, scale, 1)
     step = height + base + 6
     band = np.full((step * len(lines) + 6, pixels.shape[1], 3), 32, np.uint8)

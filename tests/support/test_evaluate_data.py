@@ -284,3 +284,15 @@ def test_ground_truth_is_drawn_in_the_engines_own_result_format(tmp_path):
     red = np.array([[p["x"], p["y"]] for p in outlines[0]["contour"][0]])
     x0, y0, x1, y1 = SCENES[0].shapes[0].box
     assert red.min(axis=0).tolist() == [x0, y0] and red.max(axis=0).tolist() == [x1 - 1, y1 - 1]
+
+
+def test_without_the_eval_extra_it_says_how_to_install_it(tmp_path, monkeypatch, capsys):
+    import importlib.util
+
+    found = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "valor_lite" else found(name, *a))
+    code = evaluate.main(
+        [str(coco(tmp_path / "data", SCENES)), "--url", "http://127.0.0.1:9", "--out", str(tmp_path / "o")]
+    )
+    assert code == 2
+    assert "valor_lite not installed: run `pip install -c constraints.txt -e '.[eval]'`" in capsys.readouterr().err

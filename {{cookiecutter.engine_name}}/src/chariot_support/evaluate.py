@@ -246,9 +246,22 @@ def publish(staged: Path, out: Path) -> None:
         staged.rename(out)
 
 
+def missing_extra() -> str | None:
+    """What of the eval extra is not installed, as the sentence that says how to install it."""
+    import importlib.util
+
+    absent = [name for name in ("valor_lite", "matplotlib", "nltk", "tqdm") if importlib.util.find_spec(name) is None]
+    if absent:
+        return f"{', '.join(absent)} not installed: run `pip install -c constraints.txt -e '.[eval]'` in the engine's folder"
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
+        missing = missing_extra()
+        if missing:
+            raise ValueError(missing)
         bounds = parse_bounds(args.min)
         headers = client.parse_headers(args.header)
         if args.workers < 1 or args.worst < 0:

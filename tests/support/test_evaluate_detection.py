@@ -233,6 +233,14 @@ def test_it_starts_the_engine_itself_and_stops_it(tmp_path, capsys):
     assert not math.isnan(json.loads((out / "metrics.json").read_text())["seconds"])
 
 
+def send_json(handler: http.server.BaseHTTPRequestHandler, raw: bytes) -> None:
+    handler.send_response(200)
+    handler.send_header("Content-Type", "application/json")
+    handler.send_header("Content-Length", str(len(raw)))
+    handler.end_headers()
+    handler.wfile.write(raw)
+
+
 class Recorder(http.server.BaseHTTPRequestHandler):
     """Passes every request on to the engine and keeps what was sent: a window on the wire."""
 
@@ -245,12 +253,7 @@ class Recorder(http.server.BaseHTTPRequestHandler):
         if body is not None:
             request.add_header("Content-Type", self.headers["Content-Type"])
         with urllib.request.urlopen(request, timeout=30) as response:
-            answer = response.read()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(answer)))
-        self.end_headers()
-        self.wfile.write(answer)
+            send_json(self, response.read())
 
     def do_GET(self):
         self._forward(None)
@@ -293,12 +296,7 @@ class WrongFormat(http.server.BaseHTTPRequestHandler):
     """An engine that says it detects objects but answers with classifications."""
 
     def _answer(self, body: dict) -> None:
-        raw = json.dumps(body).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(raw)))
-        self.end_headers()
-        self.wfile.write(raw)
+        send_json(self, json.dumps(body).encode())
 
     def do_GET(self):
         self._answer({"name": "m-demo", "platform": "chariot-v2-kserve_object_detection"})

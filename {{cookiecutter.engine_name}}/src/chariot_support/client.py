@@ -297,6 +297,17 @@ def drawing_paths(images: Sequence[Path], out: Path) -> list[Path]:
 # --- the command ------------------------------------------------------------------------------------------------
 
 
+def add_header_option(p: argparse.ArgumentParser) -> None:
+    """`--header`, repeatable; `parse_headers` reads what it gathered."""
+    p.add_argument(
+        "--header",
+        action="append",
+        default=[],
+        metavar="'NAME: VALUE'",
+        help="an extra HTTP header, e.g. 'Authorization: Bearer <token>' for a deployed model",
+    )
+
+
 def parser(default_model_id: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         description="Send images to a Chariot engine (chariot-v2-kserve) and show what it found.",
@@ -326,13 +337,7 @@ def parser(default_model_id: str) -> argparse.ArgumentParser:
         help="draw the results: OUT is a .png/.jpg file for one image, a folder for several",
     )
     p.add_argument("--batch", type=int, default=1, help="images per request (default 1)")
-    p.add_argument(
-        "--header",
-        action="append",
-        default=[],
-        metavar="'NAME: VALUE'",
-        help="an extra HTTP header, e.g. 'Authorization: Bearer <token>' for a deployed model",
-    )
+    add_header_option(p)
     p.add_argument(
         "--protocol",
         choices=PROTOCOLS,
@@ -359,7 +364,7 @@ def _check_metadata(text: str | None) -> str | None:
     return text  # Chariot sends metadata as this JSON-encoded string, and the engine hands it back unchanged
 
 
-def _headers(raw: Sequence[str]) -> list[tuple[str, str]]:
+def parse_headers(raw: Sequence[str]) -> list[tuple[str, str]]:
     headers = []
     for item in raw:
         name, sep, value = item.partition(":")
@@ -390,7 +395,7 @@ def main(argv: Sequence[str] | None = None, *, default_model_id: str = "demo") -
     args = parser(default_model_id).parse_args(argv)
     try:
         metadata = _check_metadata(args.metadata)
-        headers = _headers(args.header)
+        headers = parse_headers(args.header)
         if args.batch < 1:
             raise ValueError("--batch must be at least 1")
         if args.score_threshold is not None and not 0.0 <= args.score_threshold <= 1.0:

@@ -63,7 +63,7 @@ def _caption(image: np.ndarray, text: str, anchor: tuple[int, int], colour: tupl
     cv2.putText(image, text, (x + 2, y - baseline - 2), FONT, scale, (0, 0, 0), 1, cv2.LINE_AA)
 
 
-def _wrap(text: str, scale: float, width: int) -> list[str]:
+def wrap(text: str, scale: float, width: int) -> list[str]:
     lines, current = [], ""
     for word in text.split():
         candidate = f"{current} {word}".strip()
@@ -127,9 +127,9 @@ def draw(image: np.ndarray, results: Sequence[dict]) -> np.ndarray:
             top = points[np.argmin(points[:, 1])]
             _caption(canvas, caption, (int(top[0]), int(top[1])), colour, scale)
         elif "answer" in result:
-            for text in _wrap(f"Q: {result.get('prompt', '')}", scale, width - 12):
+            for text in wrap(f"Q: {result.get('prompt', '')}", scale, width - 12):
                 text_lines.append((text, (200, 200, 200)))
-            for text in _wrap(f"A: {result['answer']}", scale, width - 12):
+            for text in wrap(f"A: {result['answer']}", scale, width - 12):
                 text_lines.append((text, (255, 255, 255)))
         elif label:
             text_lines.append((caption, colour))

@@ -284,6 +284,7 @@ def test_numeric_datatypes_decode_to_their_dtype(datatype, data, dtype):
     [
         ("INT32", [2.0, -3.0], [2, -3]),
         ("INT8", [True], [1]),  # the protocol page's own do_sample example
+        ("UINT64", [True, False], [1, 0]),  # once an OverflowError, a 500
         ("BOOL", [0, 1], [False, True]),
         ("UINT64", [2**64 - 1, 0.0], [2**64 - 1, 0]),  # once wrapped to 0 through float64
         ("INT64", [2**53 + 1, 0.0], [2**53 + 1, 0]),  # once rounded to 2**53 through float64

@@ -375,10 +375,10 @@ PARSED = [c for c in CASES if Parser(TaskType.OBJECT_DETECTION).carries(c)]
 @pytest.mark.parametrize("case", PARSED, ids=[c.name for c in PARSED])
 def test_catalogued_bad_request_is_refused_by_the_parser_for_every_task(case):
     for task in TaskType:
-        status, body = Parser(task).send(None, "", case)
-        assert status == case.status, (task, body)
-        missing = [f for f in case.fragments if f not in body["error"]]
-        assert not missing, f"{task.value}: {missing} not in {body['error']!r}"
+        answer = Parser(task).send(None, "", case, {})
+        assert answer.status == case.status, (task, answer.body)
+        missing = [f for f in case.fragments if f not in answer.body["error"]]
+        assert not missing, f"{task.value}: {missing} not in {answer.body['error']!r}"
 
 
 @settings(max_examples=60, deadline=None)

@@ -23,6 +23,7 @@ from pydantic import ValidationError
 
 from chariot_support.decoding import decode_image, parse_request
 from chariot_support.errors import ChariotError
+from chariot_support.pipeline import request_id_of
 from chariot_support.testing import encode_image, grpc_request
 
 # Image Text to Text needs prompts; the other tasks pass them to predict untouched, so every image carries some.
@@ -142,6 +143,7 @@ CASES: list[Case] = [
     # The id goes back in response headers, which hold Latin-1 text on one line.
     case("request id beyond Latin-1", {**GOOD, "id": "Ā"}, "request id 'Ā' cannot travel in an HTTP header"),
     case("request id with a line break", {**GOOD, "id": "a\nb"}, "cannot travel in an HTTP header"),
+    case("request id too long", {**GOOD, "id": "x" * 300}, "the request id is 300 characters long", "at most 256"),
     case(
         "too many inputs",
         request(*(image(f"image-{i}") for i in range(65))),
@@ -553,6 +555,7 @@ class Parser:
 
     def send(self, engine, model_name: str, case: Case, headers: Mapping[str, str]) -> Answer:
         try:
+            request_id_of(case.body.get("id"), {})  # the pipeline's check, before the parser
             parsed = parse_request(InferenceRequest.model_validate(case.body), self.task)
             for i in parsed.images:
                 decode_image(i.encoded, f"input '{i.name}'")

@@ -6,32 +6,29 @@ canary per assumption made here: on an MLServer where one no longer holds, that 
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import importlib
 import logging
-import os
 import signal
 from contextlib import asynccontextmanager
-from itertools import cycle
 from typing import Any
 
 from mlserver import MLServer
 from mlserver.context import model_context, model_name_var
-from mlserver.errors import MLServerError, ModelNotReady
+from mlserver.errors import MLServerError
 from mlserver.grpc import server as mlserver_grpc_server
 from mlserver.grpc.server import GRPCServer
 from mlserver.grpc.servicers import InferenceServicer
 from mlserver.handlers import DataPlane
 from mlserver.parallel.errors import WorkerError, WorkerStop
-from mlserver.parallel.messages import ModelRequestMessage
+from mlserver.parallel.messages import ModelRequestMessage  # noqa: F401 - for workers.py: a predict, not a load
 from mlserver.parallel.model import ParallelModel
 from mlserver.settings import ModelSettings, Settings
 from mlserver.types import InferenceResponse
 from mlserver.utils import extract_headers
 from starlette_exporter import PrometheusMiddleware
 
-from .errors import ChariotError, ModelLoadFailed, ModelLoading, NotFound, PredictTimeout
+from .errors import ChariotError, ModelLoadFailed
 from .traffic import find_middleware
 
 logger = logging.getLogger("chariot_support")
@@ -82,141 +79,6 @@ def unwrap_worker_error(error: BaseException) -> BaseException:
     return error
 
 
-class WorkerWatch:
-    """Notices parallel workers that die or stop answering, fails their requests fast and replaces them.
-
-    MLServer reaps one child per SIGCHLD with `waitpid(-1)`. Two workers that die together send one signal, so
-    one of them was never replaced and the requests sent to it waited forever. The watch instead polls each
-    worker it knows on every SIGCHLD (leaving other children, such as a model's own subprocesses, alone), and
-    bounds the wait for any worker's answer by CHARIOT_PREDICT_TIMEOUT plus WORKER_GRACE.
-    """
-
-    def __init__(self, registry, predict_timeout: float):
-        self._registry = registry
-        self._guard = predict_timeout + WORKER_GRACE
-        self._noticed: set[int] = set()
-        self._starting: set[int] = set()  # replacements that have not loaded the model yet
-        self.closing = False
-
-    def _pools(self) -> list:
-        return [self._registry._default_pool, *self._registry._pools.values()]
-
-    def install(self) -> None:
-        loop = asyncio.get_running_loop()
-        # In place of MLServer's handler (uvloop keeps SIGCHLD from add_signal_handler). A signal can be missed
-        # while another is handled, so the workers are also looked at every second.
-        signal.signal(signal.SIGCHLD, lambda *_: loop.call_soon_threadsafe(self._reap))
-        self._poll = loop.create_task(self._poll_workers())
-        for pool in self._pools():
-            self._guard_dispatcher(pool._dispatcher)
-
-    async def _poll_workers(self) -> None:
-        while not self.closing:
-            await asyncio.sleep(1)
-            self._reap()
-
-    def _guard_dispatcher(self, dispatcher) -> None:
-        # MLServer puts every worker back in the rotation when one replacement is ready, so a request could reach
-        # another that had not loaded the model yet (a 404). The rotation holds only workers with the model.
-        def rotation():
-            dispatcher._workers_round_robin = cycle([pid for pid in dispatcher._workers if pid not in self._starting])
-            return dispatcher._workers_round_robin
-
-        started, ready = dispatcher.on_worker_start, dispatcher.on_worker_ready
-
-        async def on_worker_start(worker):
-            self._starting.add(worker.pid)
-            await started(worker)
-
-        def on_worker_ready(worker):
-            self._starting.discard(worker.pid)
-            ready(worker)
-
-        dispatcher._reset_round_robin = rotation
-        dispatcher.on_worker_start = on_worker_start
-        dispatcher.on_worker_ready = on_worker_ready
-        pick = dispatcher._get_worker
-
-        def get_worker():
-            try:
-                return pick()
-            except (StopIteration, KeyError):  # the rotation is empty, or names a worker that just went
-                raise WorkersDown(
-                    "no parallel worker is running: the engine is replacing the ones that stopped; retry shortly"
-                ) from None
-
-        dispatcher._get_worker = get_worker
-        responses = dispatcher._async_responses
-        wait = responses.schedule_and_wait
-
-        async def bounded_wait(message, worker):
-            if not isinstance(message, ModelRequestMessage):  # model loads may take as long as they take
-                return await wait(message, worker)
-            try:
-                return await asyncio.wait_for(wait(message, worker), self._guard)
-            except TimeoutError:
-                logger.error(
-                    "parallel worker %s gave no answer within CHARIOT_PREDICT_TIMEOUT + %g s; it is replaced",
-                    worker.pid,
-                    WORKER_GRACE,
-                )
-                try:
-                    os.kill(worker.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                raise PredictTimeout(
-                    f"no answer within CHARIOT_PREDICT_TIMEOUT ({self._guard - WORKER_GRACE:g} s): the parallel worker"
-                    " serving this request stopped answering and is being replaced"
-                ) from None
-
-        responses.schedule_and_wait = bounded_wait
-
-    def _reap(self) -> None:
-        if self.closing:
-            return
-        for pool in self._pools():
-            for pid, worker in list(pool._workers.items()):
-                if pid in self._noticed or worker.exitcode is None:  # exitcode polls this one child, and reaps it
-                    continue
-                self._noticed.add(pid)
-                asyncio.create_task(self._replace(pool, pid, worker.exitcode))
-
-    async def _replace(self, pool, pid: int, exit_code: int) -> None:
-        logger.error(
-            "parallel worker %d stopped (%s): its requests get 503, and a new worker starts",
-            pid,
-            signal_name(exit_code),
-        )
-        try:
-            await pool.on_worker_stop(pid, exit_code or 1)  # cancels its requests, starts a worker, loads the model
-        except Exception:
-            logger.exception("a parallel worker could not be replaced; the engine serves with the others")
-        else:
-            logger.info("the worker that replaced %d has the model loaded and takes requests", pid)
-
-    def serving(self) -> bool:
-        """Whether at least one worker is running with the model loaded."""
-        pool = self._registry._default_pool
-        return any(pid not in self._starting and w.exitcode is None for pid, w in list(pool._workers.items()))
-
-
-async def find_model(data_plane, name: str, version: str | None):
-    """The one model behind `name` (any version label names the one version the engine serves), for the routes
-    MLServer does not serve itself."""
-    with data_plane.named(name) as resolved:
-        model = await data_plane.model_registry.get_model(resolved)
-    if version is not None and version != model.version:
-        raise NotFound(f"model '{name}' has no version '{version}'; its version is '{model.version}'")
-    return model
-
-
-async def predict_images(model, request, request_id: str, explain: bool, as_json: bool = False):
-    """`ChariotRuntime.predict_images` on the served model, in this process or in the parallel worker it lives in."""
-    if not model.ready:
-        raise ModelLoading("the model is still loading; try again when GET /v1/models/<name> says ready")
-    return await call_runtime(model, "predict_images", request, request_id, explain, as_json)
-
-
 def current_model_name() -> str:
     """The model MLServer is serving in this context (its log lines name it), or ''."""
     return model_name_var.get("")
@@ -240,6 +102,10 @@ class EngineServer(MLServer):
         raise NotImplementedError
 
     def install_routes(self, rest_app, metrics_app) -> None:
+        raise NotImplementedError
+
+    def watch_workers(self, pool_registry) -> Any:
+        """Start supervising the parallel workers of `pool_registry`; returns the supervisor."""
         raise NotImplementedError
 
     @property
@@ -269,8 +135,7 @@ class EngineServer(MLServer):
 
         self._model_registry.load = load_or_record
         if self._inference_pool_registry is not None:
-            self._data_plane.workers = WorkerWatch(self._inference_pool_registry, self.predict_timeout)
-            self._data_plane.workers.install()
+            self._data_plane.workers = self.watch_workers(self._inference_pool_registry)
         await super().start(models_settings)
         if failures:
             raise ModelLoadFailed(str(unwrap_worker_error(failures[0]))) from failures[0]
@@ -315,15 +180,13 @@ def _inference_metrics(data_plane: DataPlane, name: str, version: str | None) ->
 
 
 @asynccontextmanager
-async def served_inference(data_plane: DataPlane, name: str, version: str | None):
-    """What MLServer's data plane does around an inference, for the engine's own inference route: its request
-    metrics (count, failures, duration) under the model's name, the not-ready check, and the model's context (which
-    names the model in log lines). Yields the model."""
-    duration, failures, successes = _inference_metrics(data_plane, name, version)
+async def served_inference(data_plane: DataPlane, model, version: str | None):
+    """What MLServer's data plane does around an inference (its private `_infer_contextmanager`), for the engine's
+    one inference path: its request metrics (count, failures, duration) under the model's name and the version the
+    request asked for, as MLServer labels them, and the model's context (which names the model in log lines). Yields
+    the model."""
+    duration, failures, successes = _inference_metrics(data_plane, model.name, version)
     with duration.time(), failures.count_exceptions():
-        model = await data_plane._model_registry.get_model(name, version)
-        if not model.ready:
-            raise ModelNotReady(name, version)
         with model_context(model.settings):
             yield model
         successes.inc()

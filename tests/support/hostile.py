@@ -103,15 +103,18 @@ class RSSGuard(_Watch):
 
 class HealthProbe(_Watch):
     """Asks /v2/health/live from a new connection every 50 ms while the block runs; `worst` is the slowest answer,
-    a failed or timed-out probe counting as its 10 s timeout, and `failures` says what went wrong."""
+    a failed or timed-out probe counting as its 10 s timeout, `failures` says what went wrong, and `probes` how many
+    were asked."""
 
     def __init__(self, engine):
         super().__init__()
         self.engine = engine
         self.worst = 0.0
         self.failures: list[str] = []
+        self.probes = 0
 
     def _check(self) -> bool:
+        self.probes += 1
         started = time.monotonic()
         try:
             reply = requests.get(f"{self.engine.url}/v2/health/live", timeout=10)

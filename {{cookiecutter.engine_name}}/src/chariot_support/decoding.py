@@ -554,7 +554,8 @@ def decode_tensor(tensor: Any, where: str) -> np.ndarray:
             if not all(info.min <= v <= info.max for v in values):
                 raise BadRequest(f"{where}: a value is out of range for {datatype} ({info.min}..{info.max})")
             return np.array([int(v) for v in values], dtype=target).reshape(shape)
-        if array.size and (array.min() < info.min or array.max() > info.max):
+        # Compared as Python ints: numpy cannot compare its booleans with UINT64's maximum.
+        if array.size and (int(array.min()) < info.min or int(array.max()) > info.max):
             raise BadRequest(f"{where}: a value is out of range for {datatype} ({info.min}..{info.max})")
         return array.astype(target).reshape(shape)
     if kind == "b" or any(isinstance(v, (bool, np.bool_)) for v in values):

@@ -90,16 +90,30 @@ class InferenceFront:
         self.protocol = chariot_v2.protocol_from_env()
         self.metrics = HTTPMetrics.find(app)
         self.answer_http = _with_cors_and_gzip(self._inference, settings)
+        self.refuse_http = _with_cors_and_gzip(self._not_allowed, settings)
         self._protocols: dict[str, Callable] = {"v2": self._v2, "root": self._root, "v1": self._v1}
 
     async def __call__(self, scope, receive, send):
-        if scope["type"] != "http" or scope["method"] != "POST":
-            return await self.app(scope, receive, send)
-        route = route_of(scope["path"])
+        route = route_of(scope["path"]) if scope["type"] == "http" else None
         if route is None:
             return await self.app(scope, receive, send)
         scope["chariot.route"] = route
-        await self.answer_http(scope, receive, send)
+        if scope["method"] == "POST":
+            return await self.answer_http(scope, receive, send)
+        await self.refuse_http(scope, receive, send)  # CORS answers a browser's preflight before this is called
+
+    async def _not_allowed(self, scope, receive, send):
+        started, method = time.perf_counter(), scope["method"]
+        status = await self._error(send, 405, f"{method} is not allowed on {scope['path']}: send a POST")
+        log_request(
+            protocol="rest",
+            method=method,
+            path=scope["path"],
+            status=status,
+            started=started,
+            request_id=None,
+            model=self.pipeline.model_name,
+        )
 
     async def _inference(self, scope, receive, send):
         """One inference request, answered, logged and counted."""

@@ -2,11 +2,23 @@
 installed MLServer. On a release where one no longer holds, its test fails saying which and where to look."""
 
 import asyncio
-import inspect
+import ast
+import itertools
+import multiprocessing
+import os
+import signal
+import time
+import types
+from pathlib import Path
 
 import pytest
+from mlserver import MLModel
+from mlserver.grpc.servicers import InferenceServicer
+from mlserver.settings import ModelSettings, Settings
+from mlserver.types import InferenceRequest, InferenceResponse
 
 from chariot_support import internals
+from chariot_support.errors import ModelLoadFailed
 
 
 def holds(condition: bool, what: str) -> None:
@@ -25,79 +37,527 @@ def test_parallel_errors_are_where_the_engine_reads_them():
     holds(str(error).startswith("builtins.ValueError: "), "WorkerError no longer prefixes the class path")
 
 
-def test_inference_pools_keep_workers_and_dispatcher_where_the_watch_looks():
-    from mlserver.parallel.dispatcher import AsyncResponses, Dispatcher
-    from mlserver.parallel.pool import InferencePool
+class InProcessWorker:
+    """Stands in for MLServer's worker process: it answers each message at once through the pool's own response
+    queue, so that MLServer's dispatcher reads the answer as it reads a process's, or never while `hung`. A load of
+    a model named in `unloadable` fails as a worker's would."""
+
+    pids = itertools.count(1 << 23)  # above Linux's highest pid: no real process has one
+    unloadable: set[str] = set()
+
+    def __init__(self, settings, responses, env=None):
+        self.pid = next(self.pids)
+        self.exitcode = None
+        self.hung = False
+        self.requests: list = []
+        self.updates: list = []
+        self._responses = responses
+
+    def send_update(self, message) -> None:
+        self.updates.append(message)
+        failed = message.model_settings.name in self.unloadable
+        self._answer(message, exception=RuntimeError("canary weights missing") if failed else None)
+
+    def send_request(self, message) -> None:
+        self.requests.append(message)
+        if not self.hung:
+            self._answer(message, return_value=(message.method_name, *message.method_args))
+
+    def _answer(self, message, **answer) -> None:
+        from mlserver.parallel.messages import ModelResponseMessage
+
+        self._responses.put(ModelResponseMessage(id=message.id, **answer))
+
+    async def stop(self) -> None:
+        self.exitcode = 0
+
+    def join(self, timeout=None) -> None:
+        pass
+
+    def kill(self) -> None:
+        self.exitcode = -9
+
+
+@pytest.fixture
+def no_worker_processes(monkeypatch):
+    """MLServer's inference pools get InProcessWorkers in place of processes."""
+    from mlserver.parallel import pool
+
+    holds(
+        callable(getattr(pool, "_spawn_worker", None)),
+        "mlserver.parallel.pool._spawn_worker, which the canaries replace to build pools without processes, is gone",
+    )
+    monkeypatch.setattr(pool, "_spawn_worker", InProcessWorker)
+    method = multiprocessing.get_start_method(allow_none=True)  # a pool sets 'spawn' for the whole process
+    yield
+    multiprocessing.set_start_method(method, force=True)
+
+
+@pytest.fixture
+def released_metrics(monkeypatch):
+    """MLServer's data plane and gRPC server register their metrics in prometheus' registry, which takes each name
+    once a process: what a canary registers is taken out again after it."""
+    from prometheus_client import REGISTRY
+
+    registered = []
+    register = REGISTRY.register
+
+    def recording(collector):
+        register(collector)
+        registered.append(collector)
+
+    monkeypatch.setattr(REGISTRY, "register", recording)
+    yield
+    for collector in registered:
+        REGISTRY.unregister(collector)
+
+
+def model_settings(name: str, implementation: type = MLModel, **parameters) -> ModelSettings:
+    return ModelSettings(name=name, implementation=implementation, parameters=parameters or None)
+
+
+async def error_of(awaitable) -> BaseException | None:
+    try:
+        await awaitable
+    except Exception as error:
+        return error
+    return None
+
+
+def test_worker_pools_are_the_registrys_pools_and_their_workers(no_worker_processes, tmp_path):
+    """The supervisor finds every pool MLServer's registry serves models from, and each pool's workers, and its
+    SIGCHLD handler takes the place of the registry's."""
     from mlserver.parallel.registry import InferencePoolRegistry
 
-    init = inspect.getsource(InferencePool.__init__)
-    holds("self._workers" in init and "self._dispatcher" in init, "InferencePool no longer has _workers/_dispatcher")
-    holds(
-        "self._default_pool" in inspect.getsource(InferencePoolRegistry.__init__)
-        and "self._pools" in inspect.getsource(InferencePoolRegistry.__init__),
-        "InferencePoolRegistry no longer has _default_pool/_pools",
-    )
-    holds(
-        list(inspect.signature(InferencePool.on_worker_stop).parameters) == ["self", "pid", "exit_code"],
-        "InferencePool.on_worker_stop(pid, exit_code) changed",
-    )
-    for name in ("_get_worker", "_reset_round_robin", "on_worker_start", "on_worker_ready"):
-        holds(hasattr(Dispatcher, name), f"Dispatcher.{name} is gone")
-    holds("_workers_round_robin" in inspect.getsource(Dispatcher), "Dispatcher no longer keeps _workers_round_robin")
-    holds(
-        "self._async_responses" in inspect.getsource(Dispatcher.__init__)
-        and list(inspect.signature(AsyncResponses.schedule_and_wait).parameters) == ["self", "message", "worker"],
-        "Dispatcher._async_responses.schedule_and_wait(message, worker) changed",
-    )
-    holds(
-        "next(self._workers_round_robin)" in inspect.getsource(Dispatcher._get_worker),
-        "Dispatcher._get_worker no longer picks from the round robin",
-    )
+    async def check():
+        before = signal.getsignal(signal.SIGCHLD)
+        registry = InferencePoolRegistry(Settings(parallel_workers=2, environments_dir=str(tmp_path / "envs")))
+        try:
+            holds(
+                signal.getsignal(signal.SIGCHLD) is not before,
+                "InferencePoolRegistry no longer installs its SIGCHLD handler when it is built, where the engine's"
+                " replaces it",
+            )
+            noticed = []
+            internals.handle_worker_exits(lambda: noticed.append(True))
+            os.kill(os.getpid(), signal.SIGCHLD)
+            await asyncio.sleep(0)
+            holds(noticed == [True], "a SIGCHLD no longer reaches the engine's handler")
+
+            pools = internals.worker_pools(registry)
+            holds(
+                len(pools) == 1 and len(internals.workers_of(pools[0])) == 2,
+                "InferencePoolRegistry no longer keeps its default pool as _default_pool, or InferencePool its"
+                " workers by pid as _workers",
+            )
+            plain = await registry.load_model(MLModel(model_settings("canary-plain")))
+            apart = await registry.load_model(MLModel(model_settings("canary-apart", inference_pool_gid="canary")))
+            pools = internals.worker_pools(registry)
+            holds(
+                len(pools) == 2,
+                "InferencePoolRegistry no longer keeps the pool of a model with its own inference_pool_gid in _pools",
+            )
+            for pool, model in zip(pools, (plain, apart)):
+                await internals.call_runtime(model, "answer", 1)
+                holds(
+                    [m.model_name for w in internals.workers_of(pool).values() for m in w.requests] == [model.name],
+                    f"{model.name}'s requests no longer go to the workers of the pool worker_pools names for it",
+                )
+        finally:
+            await registry.close()
+            signal.signal(signal.SIGCHLD, before)
+
+    asyncio.run(check())
 
 
-def test_the_server_parts_the_engine_replaces_are_where_it_replaces_them():
-    from mlserver import MLServer
-    from mlserver.metrics.server import MetricsServer
-    from mlserver.rest.server import RESTServer
+def test_replace_worker_fails_a_stopped_workers_requests_and_starts_one_with_the_models(no_worker_processes):
+    from mlserver.parallel.errors import WorkerStop
+    from mlserver.parallel.pool import InferencePool
 
-    init = inspect.getsource(MLServer.__init__)
-    for part in ("self._data_plane", "self._model_registry", "self._inference_pool_registry", "self._settings"):
-        holds(part in init, f"MLServer.__init__ no longer sets {part}")
-    holds(
-        init.index("self._data_plane =") < init.index("self._create_servers()"),
-        "MLServer no longer builds its data plane before _create_servers()",
-    )
-    create = inspect.getsource(MLServer._create_servers)
-    for part in ("self._data_plane", "self._model_repository_handlers", "self._rest_server", "self._grpc_server"):
-        holds(part in create, f"MLServer._create_servers no longer uses {part}")
-    holds(
-        "self._model_registry.load(" in inspect.getsource(MLServer.start), "MLServer.start no longer loads by registry"
-    )
-    holds("self._app" in inspect.getsource(RESTServer.__init__), "RESTServer no longer keeps its app as _app")
-    holds("self._app" in inspect.getsource(MetricsServer), "MetricsServer no longer keeps its app as _app")
-    holds(
-        "_custom_rest_server_settings" in inspect.getsource(RESTServer),
-        "RESTServer no longer passes Settings._custom_rest_server_settings to uvicorn",
-    )
+    async def check():
+        pool = InferencePool(Settings(parallel_workers=2))
+        try:
+            model = await pool.load_model(MLModel(model_settings("canary")))
+            workers = internals.workers_of(pool)
+            stopped_pid, stopped = next(iter(workers.items()))
+            stopped.hung = True
+            in_flight = [asyncio.create_task(internals.call_runtime(model, "answer", i)) for i in range(2)]
+            while not stopped.requests:  # the first request goes to the first worker
+                await asyncio.sleep(0.01)
+            await internals.replace_worker(pool, stopped_pid, 9)
+            answers = await asyncio.gather(*in_flight, return_exceptions=True)
+            holds(
+                isinstance(answers[0], WorkerStop) and answers[1] == ("answer", 1),
+                f"InferencePool.on_worker_stop(pid, exit_code) no longer fails the stopped worker's requests with"
+                f" WorkerStop (the requests got {answers!r})",
+            )
+            (new,) = [w for pid, w in workers.items() if w.requests == []]
+            holds(
+                stopped_pid not in workers and len(workers) == 2,
+                "InferencePool.on_worker_stop no longer replaces the stopped worker in _workers",
+            )
+            holds(
+                [u.model_settings.name for u in new.updates] == ["canary"],
+                "InferencePool.on_worker_stop no longer has the new worker load the pool's models",
+            )
+        finally:
+            await pool.close()
+
+    asyncio.run(check())
 
 
-def test_the_grpc_server_builds_its_servicer_by_the_name_the_engine_swaps():
-    from mlserver.grpc.server import GRPCServer
+class CanaryPolicy:
+    """A WorkerPolicy that records what the guarded dispatcher asks of it, and bounds a predict's wait by 0.2 s."""
 
-    create = inspect.getsource(GRPCServer._create_server)
-    holds("InferenceServicer(" in create, "GRPCServer._create_server no longer builds InferenceServicer by name")
-    holds("self._server" in create, "GRPCServer no longer keeps its aio server as _server")
+    def __init__(self):
+        self.out: set[int] = set()
+        self.all_out = False
+        self.events: list[tuple[str, int]] = []
+        self.waited: list[int] = []
+
+    def in_rotation(self, pid: int) -> bool:
+        return not self.all_out and pid not in self.out
+
+    def starting(self, pid: int) -> None:
+        self.events.append(("starting", pid))
+
+    def ready(self, pid: int) -> None:
+        self.events.append(("ready", pid))
+
+    def no_worker(self) -> Exception:
+        return LookupError("no worker in the rotation")
+
+    async def predict(self, answer, pid: int):
+        self.waited.append(pid)
+        return await asyncio.wait_for(answer, 0.2)
 
 
-def test_parallel_models_and_request_context_are_where_the_engine_reads_them():
-    from mlserver.context import model_name_var
+def test_a_guarded_dispatcher_rotates_over_the_policys_workers_and_bounds_each_predict(no_worker_processes):
+    from mlserver.parallel.pool import InferencePool
+
+    async def check():
+        pool = InferencePool(Settings(parallel_workers=3))
+        policy = CanaryPolicy()
+        try:
+            internals.guard_dispatcher(pool, policy)
+            model = await pool.load_model(MLModel(model_settings("canary")))
+            holds(
+                policy.waited == [],
+                "a model load now travels as a ModelRequestMessage, and would be cut off like a predict",
+            )
+            workers = internals.workers_of(pool)
+            first, second, third = list(workers)
+            policy.out = {second}
+            await internals.replace_worker(pool, first, 9)  # MLServer rebuilds the rotation when the new one is ready
+            (new,) = set(workers) - {second, third}
+            holds(
+                policy.events == [("starting", new), ("ready", new)],
+                "Dispatcher.on_worker_start and on_worker_ready are no longer called for a replacement worker",
+            )
+            answers = [await internals.call_runtime(model, "answer", i) for i in range(6)]
+            holds(
+                {pid for pid, w in workers.items() if w.requests} == {third, new},
+                "Dispatcher no longer sends requests to the workers of the rotation its _reset_round_robin builds"
+                " (from _workers, kept as _workers_round_robin, picked by _get_worker)",
+            )
+            holds(
+                answers == [("answer", i) for i in range(6)] and sorted(set(policy.waited)) == sorted({third, new}),
+                "Dispatcher._async_responses.schedule_and_wait(message, worker) no longer carries a predict's answer",
+            )
+            for pid in (third, new):
+                workers[pid].hung = True
+            started = time.monotonic()
+            error = await error_of(internals.call_runtime(model, "answer", "late"))
+            holds(
+                isinstance(error, TimeoutError) and time.monotonic() - started < 5,
+                f"a predict's wait for a worker that does not answer is no longer the policy's to bound ({error!r})",
+            )
+            policy.all_out = True
+            await internals.replace_worker(pool, third, 9)
+            error = await error_of(internals.call_runtime(model, "answer", "none"))
+            holds(
+                isinstance(error, LookupError) and str(error) == "no worker in the rotation",
+                f"Dispatcher._get_worker no longer fails with StopIteration on an empty rotation ({error!r})",
+            )
+        finally:
+            await pool.close()
+
+    asyncio.run(check())
+
+
+def test_call_runtime_reaches_a_parallel_model_through_its_dispatcher():
+    from mlserver.parallel.messages import ModelRequestMessage, ModelResponseMessage
     from mlserver.parallel.model import ParallelModel
 
-    holds(callable(getattr(ParallelModel, "_send", None)), "ParallelModel._send(method, *args) is gone")
-    holds(model_name_var.get("") == "", "mlserver.context.model_name_var is no longer a context variable")
+    sent = []
+
+    class Dispatcher:
+        async def dispatch_request(self, message):
+            sent.append(message)
+            return ModelResponseMessage(id=message.id, return_value="answered")
+
+    model = ParallelModel(MLModel(model_settings("canary")), Dispatcher())
+    answer = asyncio.run(internals.call_runtime(model, "answer", "request", "id-1", False))
+    holds(
+        answer == "answered"
+        and len(sent) == 1
+        and isinstance(sent[0], ModelRequestMessage)
+        and (sent[0].model_name, sent[0].method_name, sent[0].method_args)
+        == ("canary", "answer", ["request", "id-1", False]),
+        "ParallelModel._send(method, *args) no longer sends its dispatcher a ModelRequestMessage naming the model,"
+        " the method and its arguments",
+    )
 
 
-def test_the_grpc_server_keeps_mlservers_interceptors_tracing_included(monkeypatch):
+class EchoModel(MLModel):
+    """Answers with no outputs, noting the model name MLServer's context gives while it predicts."""
+
+    seen: list[str] = []
+
+    async def predict(self, payload: InferenceRequest) -> InferenceResponse:
+        EchoModel.seen.append(internals.current_model_name())
+        return InferenceResponse(model_name=self.name, outputs=[])
+
+
+def test_served_inference_does_what_mlservers_data_plane_does_around_an_inference(released_metrics):
+    """The engine's inference counts in MLServer's own metrics, names the model in MLServer's context, and carries
+    the headers MLServer's data plane would give the same answer (CloudEvents)."""
+    from mlserver.handlers import DataPlane
+    from mlserver.registry import MultiModelRegistry
+    from mlserver.utils import extract_headers
+    from prometheus_client import REGISTRY
+
+    async def check():
+        registry = MultiModelRegistry()
+        data_plane = DataPlane(settings=Settings(), model_registry=registry)
+        await registry.load(model_settings("canary-served", EchoModel))
+        model = await registry.get_model("canary-served")
+        own = await data_plane.infer(InferenceRequest(id="req-1", inputs=[]), "canary-served")
+
+        async with internals.served_inference(data_plane, model, None) as served:
+            holds(served is model, "served_inference no longer yields the model")
+            EchoModel.seen.append(internals.current_model_name())
+        with pytest.raises(ValueError):
+            async with internals.served_inference(data_plane, model, None):
+                raise ValueError("canary")
+        return own, model, data_plane
+
+    EchoModel.seen.clear()
+    own, model, data_plane = asyncio.run(check())
+    labels = {"model": "canary-served", "version": "None"}
+
+    def count(name: str) -> float | None:
+        return REGISTRY.get_sample_value(name, labels)
+
+    holds(
+        count("model_infer_request_success_total") == 2.0,
+        "DataPlane no longer counts inferences MLServer answers in _ModelInferRequestSuccess, as the engine does",
+    )
+    holds(
+        count("model_infer_request_failure_total") == 1.0,
+        "DataPlane no longer counts failed inferences in _ModelInferRequestFailure",
+    )
+    holds(
+        count("model_infer_request_duration_count") == 3.0,
+        "DataPlane no longer times inferences in _ModelInferRequestDuration",
+    )
+    holds(
+        EchoModel.seen == ["canary-served", "canary-served"] and internals.current_model_name() == "",
+        "mlserver.context.model_context no longer names the model in model_name_var while MLServer predicts",
+    )
+    headers = extract_headers(own)
+    holds(
+        headers.get("Ce-Id") == "req-1",
+        f"MLServer's data plane no longer gives an answer CloudEvents headers with its id as Ce-Id ({headers})",
+    )
+    holds(
+        internals.response_headers(data_plane, model, "req-1") == headers
+        and internals.response_headers(data_plane, model, "req-2")["Ce-Id"] == "req-2",
+        "DataPlane._inference_middleware.response_middleware no longer gives the headers MLServer's own answer has",
+    )
+
+
+class UnloadableModel(MLModel):
+    async def load(self) -> bool:
+        raise RuntimeError("canary weights missing")
+
+
+class RecordingServicer(InferenceServicer):
+    built: list = []
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        RecordingServicer.built.append(self)
+
+
+class CanaryEngine(internals.EngineServer):
+    """An engine whose parts note what MLServer does with them."""
+
+    grpc_servicer = RecordingServicer
+    grpc_grace = 0.0
+
+    def engine_parts(self, data_plane, model_registry):
+        from mlserver.handlers import ModelRepositoryHandlers
+        from mlserver.repository import ModelRepository
+
+        engine = self
+
+        class Repository(ModelRepository):
+            async def list(self):
+                engine.noted.append("index")
+                return []
+
+            async def find(self, name):
+                return []
+
+        class Plane:
+            def __getattr__(self, name):  # all but `live` is MLServer's
+                return getattr(data_plane, name)
+
+            async def live(self):
+                engine.noted.append("live")
+                return True
+
+        self.noted = []
+        self.given = (data_plane, model_registry)
+        return Plane(), Repository(), ModelRepositoryHandlers(Repository(), model_registry)
+
+    def install_routes(self, rest_app, metrics_app) -> None:
+        self.apps = (rest_app, metrics_app)
+
+    def watch_workers(self, pool_registry):
+        self.watched = pool_registry
+        return types.SimpleNamespace(closing=False)
+
+
+async def asgi_call(app, method: str, path: str, body: bytes = b"") -> int:
+    """The status `app` answers a request with, called in this process."""
+    statuses = []
+
+    async def receive():
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    async def send(message):
+        if message["type"] == "http.response.start":
+            statuses.append(message["status"])
+
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": method,
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "root_path": "",
+        "query_string": b"",
+        "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+        "client": ("127.0.0.1", 1),
+        "server": ("127.0.0.1", 80),
+    }
+    await app(scope, receive, send)
+    return statuses[0]
+
+
+@pytest.fixture
+def uvicorn_configs(monkeypatch) -> list:
+    """The uvicorn configurations servers are started with; none serves."""
+    import uvicorn
+
+    configs = []
+
+    async def serve(server, sockets=None):
+        configs.append(server.config)
+
+    monkeypatch.setattr(uvicorn.Server, "serve", serve)
+    return configs
+
+
+def test_the_engine_server_builds_and_starts_mlservers_servers_from_its_parts(released_metrics, uvicorn_configs):
+    """EngineServer gives MLServer its data plane, repository and handlers, the apps MLServer serves, the gRPC
+    servicer, uvicorn's options, and a model load that fails as an error."""
+    from mlserver.grpc import server as grpc_server
+    from mlserver.handlers import DataPlane
+    from mlserver.registry import MultiModelRegistry
+
+    settings = Settings(host="127.0.0.1", grpc_port=0, parallel_workers=0, metrics_endpoint="/metrics")
+    internals.set_uvicorn_options(settings, limit_concurrency=7, timeout_keep_alive=3, proxy_headers=False)
+    RecordingServicer.built.clear()
+
+    async def check():
+        engine = CanaryEngine(settings)
+        holds(engine.settings is settings, "MLServer no longer keeps its settings as _settings")
+        holds(
+            isinstance(engine.given[0], DataPlane) and isinstance(engine.given[1], MultiModelRegistry),
+            "MLServer no longer has its _data_plane and _model_registry built when it calls _create_servers",
+        )
+        rest_app, metrics_app = engine.apps
+        holds(
+            await asgi_call(rest_app, "GET", "/v2/health/live") == 200 and engine.noted == ["live"],
+            "MLServer's REST server (_rest_server, its app _app) no longer answers from the engine's data plane",
+        )
+        holds(
+            await asgi_call(rest_app, "POST", "/v2/repository/index", b"{}") == 200 and engine.noted[-1] == "index",
+            "MLServer's REST server no longer answers from the engine's _model_repository_handlers",
+        )
+        failure = await error_of(engine.start([model_settings("canary-unloadable", UnloadableModel)]))
+        return rest_app, metrics_app, failure
+
+    rest_app, metrics_app, failure = asyncio.run(check())
+    holds(
+        isinstance(failure, ModelLoadFailed) and "canary weights missing" in str(failure),
+        "MLServer.start no longer loads models through _model_registry.load, where the engine notes a failure, or"
+        f" no longer stops its servers (_grpc_server's _server among them) after it ({failure!r})",
+    )
+    served = {id(config.app): config for config in uvicorn_configs}
+    holds(
+        set(served) == {id(rest_app), id(metrics_app)},
+        "MLServer no longer serves the apps of its _rest_server and _metrics_server (their _app) with uvicorn",
+    )
+    rest = served[id(rest_app)]
+    holds(
+        (rest.limit_concurrency, rest.timeout_keep_alive, rest.proxy_headers) == (7, 3, False),
+        "RESTServer no longer passes Settings._custom_rest_server_settings to uvicorn's Config",
+    )
+    holds(
+        len(RecordingServicer.built) == 1 and grpc_server.InferenceServicer is InferenceServicer,
+        "GRPCServer.start no longer builds its servicer in _create_server by the module-level name InferenceServicer",
+    )
+
+
+def test_the_engine_server_gives_its_parallel_workers_to_the_supervisor(
+    released_metrics, uvicorn_configs, no_worker_processes, tmp_path
+):
+    settings = Settings(
+        host="127.0.0.1", grpc_port=0, parallel_workers=2, metrics_endpoint=None, environments_dir=str(tmp_path)
+    )
+
+    async def check():
+        engine = CanaryEngine(settings)
+        serving = asyncio.create_task(engine.start([model_settings("canary-parallel")]))
+        try:
+            registry = engine.given[1]
+            for _ in range(500):
+                if "canary-parallel" in [m.name for m in await registry.get_models() if m.ready]:
+                    break
+                await asyncio.sleep(0.01)
+            model = await registry.get_model("canary-parallel")
+            await internals.call_runtime(model, "answer", 1)
+            pools = internals.worker_pools(engine.watched)
+            requests = [m.model_name for w in internals.workers_of(pools[0]).values() for m in w.requests]
+            holds(
+                requests == ["canary-parallel"],
+                "MLServer no longer serves its models from the workers of the InferencePoolRegistry it keeps as"
+                " _inference_pool_registry",
+            )
+        finally:
+            await engine.stop()
+            await serving
+
+    asyncio.run(check())
+
+
+def test_the_grpc_server_keeps_mlservers_interceptors_tracing_included(monkeypatch, released_metrics):
     """The engine's gRPC server is MLServer's: with MLSERVER_TRACING_SERVER set, gRPC calls are traced as REST."""
     from chariot_support.demo import DEMO_MODELS
     from chariot_support.server import ChariotServer, engine_settings, model_settings

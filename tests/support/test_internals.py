@@ -1,8 +1,10 @@
-"""Canaries: each assumption `chariot_support.internals` makes about MLServer's private parts, checked against the
-installed MLServer. On a release where one no longer holds, its test fails saying which and where to look."""
+"""Canaries: each assumption `chariot_support.internals` makes about MLServer's private parts, checked by using it
+on the installed MLServer's real objects (pools with in-process workers, a data plane with a model loaded, an engine
+server whose servers do not serve). On a release where one no longer holds, its test fails saying which in plain
+words; CANARIES, at the end, names the canaries of each private name, and a test keeps it complete."""
 
-import asyncio
 import ast
+import asyncio
 import itertools
 import multiprocessing
 import os
@@ -157,7 +159,7 @@ def test_worker_pools_are_the_registrys_pools_and_their_workers(no_worker_proces
                 len(pools) == 2,
                 "InferencePoolRegistry no longer keeps the pool of a model with its own inference_pool_gid in _pools",
             )
-            for pool, model in zip(pools, (plain, apart)):
+            for pool, model in zip(pools, (plain, apart), strict=True):
                 await internals.call_runtime(model, "answer", 1)
                 holds(
                     [m.model_name for w in internals.workers_of(pool).values() for m in w.requests] == [model.name],
@@ -395,6 +397,20 @@ class CanaryEngine(internals.EngineServer):
 
     grpc_servicer = RecordingServicer
     grpc_grace = 0.0
+    given = apps = (None, None)  # what MLServer hands the engine, once it does
+    watched = None
+    noted: list[str] = []
+
+    @classmethod
+    def build(cls, settings: Settings) -> "CanaryEngine":
+        try:
+            return cls(settings)
+        except Exception as error:
+            holds(
+                False,
+                "MLServer's constructor no longer builds its servers from the parts the engine replaces (_data_plane,"
+                f" _model_registry, _model_repository, _model_repository_handlers in _create_servers): {error!r}",
+            )
 
     def engine_parts(self, data_plane, model_registry):
         from mlserver.handlers import ModelRepositoryHandlers
@@ -485,7 +501,7 @@ def test_the_engine_server_builds_and_starts_mlservers_servers_from_its_parts(re
     RecordingServicer.built.clear()
 
     async def check():
-        engine = CanaryEngine(settings)
+        engine = CanaryEngine.build(settings)
         holds(engine.settings is settings, "MLServer no longer keeps its settings as _settings")
         holds(
             isinstance(engine.given[0], DataPlane) and isinstance(engine.given[1], MultiModelRegistry),
@@ -528,19 +544,25 @@ def test_the_engine_server_builds_and_starts_mlservers_servers_from_its_parts(re
 def test_the_engine_server_gives_its_parallel_workers_to_the_supervisor(
     released_metrics, uvicorn_configs, no_worker_processes, tmp_path
 ):
+    """With MLSERVER_PARALLEL_WORKERS, the engine's supervisor watches the pools its model is served from."""
     settings = Settings(
         host="127.0.0.1", grpc_port=0, parallel_workers=2, metrics_endpoint=None, environments_dir=str(tmp_path)
     )
 
     async def check():
-        engine = CanaryEngine(settings)
+        engine = CanaryEngine.build(settings)
         serving = asyncio.create_task(engine.start([model_settings("canary-parallel")]))
         try:
             registry = engine.given[1]
             for _ in range(500):
-                if "canary-parallel" in [m.name for m in await registry.get_models() if m.ready]:
+                if serving.done() or "canary-parallel" in [m.name for m in await registry.get_models() if m.ready]:
                     break
                 await asyncio.sleep(0.01)
+            holds(
+                engine.watched is not None and not serving.done(),
+                "the engine no longer starts with parallel workers from MLServer's _inference_pool_registry"
+                f" ({serving.exception() if serving.done() else 'no InferencePoolRegistry was watched'!r})",
+            )
             model = await registry.get_model("canary-parallel")
             await internals.call_runtime(model, "answer", 1)
             pools = internals.worker_pools(engine.watched)
@@ -551,8 +573,8 @@ def test_the_engine_server_gives_its_parallel_workers_to_the_supervisor(
                 " _inference_pool_registry",
             )
         finally:
-            await engine.stop()
-            await serving
+            await error_of(engine.stop())  # closes the pools, whose dispatcher threads would keep the process alive
+            await asyncio.gather(serving, return_exceptions=True)
 
     asyncio.run(check())
 
@@ -593,27 +615,98 @@ PUBLIC_MLSERVER = {
 }
 
 
-def test_only_internals_reaches_past_mlservers_public_modules():
-    import ast
-    from pathlib import Path
+def is_public_mlserver(module: str, names: list[str]) -> bool:
+    return module in PUBLIC_MLSERVER or all(f"{module}.{name}" in PUBLIC_MLSERVER for name in names)
 
+
+def is_private(name: str) -> bool:
+    return name.startswith("_") and not name.endswith("__")
+
+
+def test_only_internals_reaches_past_mlservers_public_modules():
+    """Outside internals.py (and connections.py, uvicorn's seam) the support package imports MLServer's public
+    modules only, and reads no private attribute of an object other than its own."""
     import chariot_support
 
     reached = []
-    for path in Path(chariot_support.__file__).parent.glob("*.py"):
-        if path.stem == "internals":
+    for path in sorted(Path(chariot_support.__file__).parent.glob("*.py")):
+        if path.stem in ("internals", "connections"):
             continue
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("mlserver"):
-                private = [a.name for a in node.names if a.name.startswith("_")]
-                public = node.module in PUBLIC_MLSERVER or all(
-                    f"{node.module}.{a.name}" in PUBLIC_MLSERVER for a in node.names
-                )
-                if not public or private:
-                    reached.append(f"{path.name}: from {node.module} import {', '.join(a.name for a in node.names)}")
+                names = [a.name for a in node.names]
+                if not is_public_mlserver(node.module, names) or any(map(is_private, names)):
+                    reached.append(f"{path.name}: from {node.module} import {', '.join(names)}")
             elif isinstance(node, ast.Import) and any(a.name.startswith("mlserver.") for a in node.names):
                 reached.append(f"{path.name}: import {', '.join(a.name for a in node.names)}")
+            elif isinstance(node, ast.Attribute) and is_private(node.attr) and not is_self(node.value):
+                reached.append(f"{path.name}:{node.lineno}: {ast.unparse(node)}")
     assert not reached, "move these into internals.py, with a canary each:\n" + "\n".join(reached)
+
+
+def is_self(node: ast.AST) -> bool:
+    return isinstance(node, ast.Name) and node.id in ("self", "cls")
+
+
+# What internals.py relies on that its walk below cannot see by name: a public-looking method of MLServer's private
+# pool class, and the signal MLServer's registry handles.
+UNNAMED_ASSUMPTIONS = {"on_worker_stop", "SIGCHLD"}
+
+# Names internals.py uses that the walk would take for MLServer's, but are the engine's own.
+ENGINE_OWN = {
+    "_engine",  # _EngineGRPCServer's link to the engine it serves
+    "workers",  # the supervisor (workers.py) the engine's data plane holds
+    "closing",  # the supervisor's flag that the engine is stopping
+}
+
+
+def mlserver_uses() -> set[str]:
+    """What internals.py uses of MLServer beyond its public API: private attributes (on MLServer's objects, and on
+    its own self where its class is built on one of MLServer's), attributes it sets on objects other than itself
+    (patch points), and names from MLServer's modules outside PUBLIC_MLSERVER."""
+    tree = ast.parse(Path(internals.__file__).read_text())
+    from_mlserver = {
+        alias.asname or alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("mlserver")
+        for alias in node.names
+    }
+    own_self = set()  # self.<attribute> nodes of classes not built on MLServer's
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef):
+            if any(isinstance(base, ast.Name) and base.id in from_mlserver for base in node.bases):
+                from_mlserver.add(node.name)  # a class built on this one is built on MLServer's too
+            else:
+                own_self |= {id(n) for n in ast.walk(node) if isinstance(n, ast.Attribute) and is_self(n.value)}
+    used = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and is_private(node.attr) and id(node) not in own_self:
+            used.add(node.attr)
+        elif isinstance(node, ast.Assign | ast.AugAssign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                for each in target.elts if isinstance(target, ast.Tuple) else [target]:
+                    if isinstance(each, ast.Attribute) and not is_self(each.value):
+                        used.add(each.attr)
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("mlserver"):
+            names = [a.name for a in node.names]
+            if not is_public_mlserver(node.module, names):
+                used |= {f"{node.module}.{name}" for name in names}
+    return used - ENGINE_OWN
+
+
+def test_every_private_use_in_internals_has_a_canary():
+    """A private name, patch point or private module internals.py starts to use fails here until a canary for it is
+    named in CANARIES; one it stops using fails until its entry goes."""
+    used = mlserver_uses()
+    missing = sorted(used - set(CANARIES))
+    assert not missing, f"internals.py uses these without a canary: {missing}; add one each to CANARIES"
+    stale = sorted(set(CANARIES) - used - UNNAMED_ASSUMPTIONS)
+    assert not stale, f"CANARIES lists what internals.py no longer uses: {stale}; take them out"
+    tests = {name for name, value in globals().items() if name.startswith("test_") and callable(value)}
+    for name, canaries in CANARIES.items():
+        for canary in canaries:
+            assert canary.__name__ in tests, f"the canary for {name}, {canary.__name__}, is not a test here"
 
 
 def test_the_data_plane_answers_every_method_of_mlservers_itself():
@@ -655,3 +748,63 @@ def test_mlservers_http_metrics_are_where_the_inference_front_counts_them():
         REGISTRY.get_sample_value("canary_rest_requests_in_progress", in_progress) == 0.0,
         "starlette_exporter's requests-in-progress gauge no longer takes (method, app_name)",
     )
+
+
+# Each thing internals.py uses of MLServer beyond its public API, and the canaries that check it still holds.
+_POOLS = (test_worker_pools_are_the_registrys_pools_and_their_workers,)
+_REPLACE = (test_replace_worker_fails_a_stopped_workers_requests_and_starts_one_with_the_models,)
+_GUARD = (test_a_guarded_dispatcher_rotates_over_the_policys_workers_and_bounds_each_predict,)
+_SERVED = (test_served_inference_does_what_mlservers_data_plane_does_around_an_inference,)
+_ENGINE = (test_the_engine_server_builds_and_starts_mlservers_servers_from_its_parts,)
+_GRPC = (*_ENGINE, test_the_grpc_server_keeps_mlservers_interceptors_tracing_included)
+CANARIES = {
+    # The parallel workers (workers.py's supervisor)
+    "_default_pool": _POOLS,
+    "_pools": _POOLS,
+    "SIGCHLD": _POOLS,
+    "_workers": (*_POOLS, *_REPLACE, *_GUARD),
+    "on_worker_stop": _REPLACE,
+    "_dispatcher": _GUARD,
+    "_workers_round_robin": _GUARD,
+    "_reset_round_robin": _GUARD,
+    "_get_worker": _GUARD,
+    "on_worker_start": _GUARD,
+    "on_worker_ready": _GUARD,
+    "_async_responses": _GUARD,
+    "schedule_and_wait": _GUARD,
+    "mlserver.parallel.messages.ModelRequestMessage": (
+        *_GUARD,
+        test_call_runtime_reaches_a_parallel_model_through_its_dispatcher,
+    ),
+    "mlserver.parallel.model.ParallelModel": (test_call_runtime_reaches_a_parallel_model_through_its_dispatcher,),
+    "_send": (test_call_runtime_reaches_a_parallel_model_through_its_dispatcher,),
+    "mlserver.parallel.errors.WorkerError": (test_parallel_errors_are_where_the_engine_reads_them, *_REPLACE),
+    "mlserver.parallel.errors.WorkerStop": (test_parallel_errors_are_where_the_engine_reads_them, *_REPLACE),
+    # Around each inference (pipeline.py)
+    "_ModelInferRequestDuration": _SERVED,
+    "_ModelInferRequestFailure": _SERVED,
+    "_ModelInferRequestSuccess": _SERVED,
+    "_inference_middleware": _SERVED,
+    "mlserver.context.model_context": _SERVED,
+    "mlserver.context.model_name_var": _SERVED,
+    # The server (server.py's ChariotServer)
+    "_settings": _ENGINE,
+    "_data_plane": _ENGINE,
+    "_model_registry": _ENGINE,
+    "load": _ENGINE,
+    "_model_repository": _ENGINE,
+    "_model_repository_handlers": _ENGINE,
+    "_create_servers": _ENGINE,
+    "_rest_server": _ENGINE,
+    "_metrics_server": _ENGINE,
+    "_app": _ENGINE,
+    "_custom_rest_server_settings": _ENGINE,
+    "_inference_pool_registry": (test_the_engine_server_gives_its_parallel_workers_to_the_supervisor,),
+    "_grpc_server": _GRPC,
+    "_create_server": _GRPC,
+    "_server": _GRPC,
+    "InferenceServicer": _GRPC,
+    "mlserver.grpc.server": _GRPC,
+    "mlserver.grpc.server.GRPCServer": _GRPC,
+    "mlserver.grpc.servicers.InferenceServicer": _GRPC,
+}

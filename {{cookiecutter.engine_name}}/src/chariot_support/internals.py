@@ -1,7 +1,8 @@
 """Every place the engine relies on MLServer's private parts, which a new MLServer release may change without notice.
 
-Nothing else in the support package reaches past MLServer's public API. `tests/support/test_internals.py` holds one
-canary per assumption made here: on an MLServer where one no longer holds, that test names it in plain words.
+Nothing else in the support package reaches past MLServer's public API. `tests/support/test_internals.py` holds
+canaries that use each assumption made here on MLServer's real objects (its CANARIES table names them for each
+private name): on an MLServer where one no longer holds, the canary says which in plain words.
 """
 
 from __future__ import annotations

@@ -184,8 +184,11 @@ def test_replace_worker_fails_a_stopped_workers_requests_and_starts_one_with_the
             stopped_pid, stopped = next(iter(workers.items()))
             stopped.hung = True
             in_flight = [asyncio.create_task(internals.call_runtime(model, "answer", i)) for i in range(2)]
-            while not stopped.requests:  # the first request goes to the first worker
+            for _ in range(500):  # the first request goes to the first worker
+                if stopped.requests:
+                    break
                 await asyncio.sleep(0.01)
+            holds(stopped.requests != [], "Dispatcher no longer sends the first request to the first worker")
             await internals.replace_worker(pool, stopped_pid, 9)
             answers = await asyncio.gather(*in_flight, return_exceptions=True)
             holds(
@@ -515,6 +518,11 @@ def test_the_engine_server_builds_and_starts_mlservers_servers_from_its_parts(re
         holds(
             await asgi_call(rest_app, "POST", "/v2/repository/index", b"{}") == 200 and engine.noted[-1] == "index",
             "MLServer's REST server no longer answers from the engine's _model_repository_handlers",
+        )
+        holds(
+            internals.HTTPMetrics.find(rest_app.build_middleware_stack()) is not None,
+            "MLServer's REST app no longer counts requests with starlette_exporter's PrometheusMiddleware, in which the"
+            " engine counts the requests it answers before that middleware",
         )
         failure = await error_of(engine.start([model_settings("canary-unloadable", UnloadableModel)]))
         return rest_app, metrics_app, failure

@@ -41,11 +41,9 @@ def test_parallel_errors_are_where_the_engine_reads_them():
 
 class InProcessWorker:
     """Stands in for MLServer's worker process: it answers each message at once through the pool's own response
-    queue, so that MLServer's dispatcher reads the answer as it reads a process's, or never while `hung`. A load of
-    a model named in `unloadable` fails as a worker's would."""
+    queue, so that MLServer's dispatcher reads the answer as it reads a process's; while `hung`, it answers no request."""
 
     pids = itertools.count(1 << 23)  # above Linux's highest pid: no real process has one
-    unloadable: set[str] = set()
 
     def __init__(self, settings, responses, env=None):
         self.pid = next(self.pids)
@@ -57,8 +55,7 @@ class InProcessWorker:
 
     def send_update(self, message) -> None:
         self.updates.append(message)
-        failed = message.model_settings.name in self.unloadable
-        self._answer(message, exception=RuntimeError("canary weights missing") if failed else None)
+        self._answer(message)
 
     def send_request(self, message) -> None:
         self.requests.append(message)

@@ -1,0 +1,237 @@
+"""Canaries for the parts of uvicorn's httptools protocol that chariot_support.connections relies on. Each drives
+uvicorn's own protocol over a stand-in transport and, on a uvicorn where an assumption no longer holds, says in
+plain words what changed."""
+
+import asyncio
+
+from uvicorn.config import Config
+from uvicorn.protocols.http.flow_control import HIGH_WATER_LIMIT
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.server import ServerState
+
+from chariot_support.connections import IdleLimitedProtocol
+
+
+class Transport(asyncio.Transport):
+    """What a protocol writes, and whether it closed, aborted or paused reading."""
+
+    def __init__(self):
+        super().__init__()
+        self.written = bytearray()
+        self.closed = self.aborted = self.reading_paused = False
+
+    def write(self, data) -> None:
+        self.written += data
+
+    def close(self) -> None:
+        self.closed = True
+
+    def abort(self) -> None:
+        self.closed = self.aborted = True
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def pause_reading(self) -> None:
+        self.reading_paused = True
+
+    def resume_reading(self) -> None:
+        self.reading_paused = False
+
+    def get_extra_info(self, name, default=None):
+        return {"sockname": ("127.0.0.1", 8080), "peername": ("127.0.0.1", 40000)}.get(name, default)
+
+
+class Recorder(HttpToolsProtocol):
+    """uvicorn's protocol, noting which parser callbacks it got."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.calls = []
+
+    def on_message_begin(self):
+        self.calls.append("begin")
+        super().on_message_begin()
+
+    def on_headers_complete(self):
+        self.calls.append("headers")
+        super().on_headers_complete()
+
+    def on_body(self, body):
+        self.calls.append("body")
+        super().on_body(body)
+
+    def on_message_complete(self):
+        self.calls.append("complete")
+        super().on_message_complete()
+
+    def on_response_complete(self):
+        self.calls.append("response")
+        super().on_response_complete()
+
+
+def serve(app, kind=Recorder, state: ServerState | None = None, **options):
+    """A protocol of `kind` for `app` on a new stand-in transport, inside the running event loop."""
+    config = Config(app=app, log_config=None, **options)
+    config.load()
+    protocol = kind(config=config, server_state=state or ServerState(), app_state={})
+    protocol.connection_made(Transport())
+    return protocol
+
+
+async def answer(scope, receive, send):
+    while (await receive()).get("more_body"):
+        pass
+    await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
+    await send({"type": "http.response.body", "body": b"ok"})
+
+
+async def never_read(scope, receive, send):
+    await asyncio.sleep(3600)
+
+
+def run(test):
+    return asyncio.run(test())
+
+
+def test_connections_are_the_server_states_set_joined_and_left_by_the_protocol():
+    async def check():
+        state = ServerState()
+        protocol = serve(answer, state=state)
+        assert protocol.connections is state.connections and protocol.server_state is state, (
+            "uvicorn's protocol no longer keeps the server's open connections as `connections` (server_state's set):"
+            " the connection table cannot count or close them"
+        )
+        assert protocol in state.connections, "uvicorn's connection_made no longer adds the protocol to `connections`"
+        protocol.connection_lost(None)
+        assert protocol not in state.connections, "uvicorn's connection_lost no longer removes it from `connections`"
+
+    run(check)
+
+
+def test_the_parser_calls_back_at_a_heads_first_byte_its_end_each_body_chunk_and_the_response():
+    async def check():
+        protocol = serve(answer)
+        protocol.data_received(b"P")
+        assert protocol.calls == ["begin"], (
+            "uvicorn's httptools protocol no longer calls on_message_begin at a request's first byte: the head"
+            f" deadline would not start (callbacks: {protocol.calls})"
+        )
+        protocol.data_received(b"OST / HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\n\r\nab")
+        assert protocol.calls == ["begin", "headers", "body"], (
+            "uvicorn's httptools protocol no longer calls on_headers_complete at a head's end and on_body per body"
+            f" chunk: body deadlines would not start or count (callbacks: {protocol.calls})"
+        )
+        protocol.data_received(b"cd")
+        await asyncio.sleep(0.01)
+        assert protocol.calls == ["begin", "headers", "body", "body", "complete", "response"], (
+            "uvicorn's httptools protocol no longer calls on_message_complete at a body's end and"
+            f" on_response_complete after the answer (callbacks: {protocol.calls})"
+        )
+        assert protocol.transport.written.startswith(b"HTTP/1.1 200")
+
+    run(check)
+
+
+def test_keep_alive_is_a_timer_the_protocol_arms_and_any_data_cancels():
+    async def check():
+        protocol = serve(answer, timeout_keep_alive=7)
+        assert protocol.timeout_keep_alive == 7, (
+            "uvicorn's protocol no longer keeps its keep-alive as timeout_keep_alive"
+        )
+        protocol.timeout_keep_alive_task = protocol.loop.call_later(60, protocol.timeout_keep_alive_handler)
+        protocol.data_received(b"G")
+        assert protocol.timeout_keep_alive_task is None, (
+            "uvicorn's data_received no longer cancels and clears timeout_keep_alive_task: the timer the engine arms"
+            " for a new connection would close it mid-request"
+        )
+        protocol.timeout_keep_alive_handler()
+        assert protocol.transport.closed, "uvicorn's timeout_keep_alive_handler no longer closes the connection"
+
+    run(check)
+
+
+def test_a_request_cycle_marked_disconnected_ends_the_apps_receive_and_writes_nothing_more():
+    got = []
+
+    async def waits_for_body(scope, receive, send):
+        got.append(await receive())
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    async def check():
+        protocol = serve(waits_for_body)
+        protocol.data_received(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n")
+        await asyncio.sleep(0.01)
+        cycle = protocol.cycle
+        assert (cycle.response_started, cycle.response_complete, cycle.waiting_for_100_continue) == (
+            False,
+            False,
+            False,
+        ), "uvicorn's request cycle no longer says response_started / response_complete / waiting_for_100_continue"
+        cycle.disconnected = True
+        cycle.message_event.set()
+        await asyncio.sleep(0.01)
+        assert got == [{"type": "http.disconnect"}], (
+            "setting disconnected and message_event on uvicorn's request cycle no longer gives the app's receive()"
+            f" a disconnect ({got}): an app waiting for a cut-off body would wait for ever"
+        )
+        assert protocol.transport.written == b"", (
+            "uvicorn's request cycle marked disconnected still writes what the app sends: it would follow the 408"
+        )
+
+    async def check_100_continue():
+        protocol = serve(never_read)
+        protocol.data_received(b"POST / HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 9\r\n\r\n")
+        assert protocol.cycle.waiting_for_100_continue, (
+            "uvicorn's request cycle no longer says waiting_for_100_continue before it asks for the body: a client"
+            " waiting to be asked would be cut for a slow body"
+        )
+
+    run(check)
+    run(check_100_continue)
+
+
+def test_flow_control_says_when_the_engine_holds_a_body_back_or_the_client_reads_nothing():
+    async def check():
+        protocol = serve(never_read)
+        size = HIGH_WATER_LIMIT * 2
+        protocol.data_received(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % size)
+        protocol.data_received(b"a" * (HIGH_WATER_LIMIT + 1))
+        assert protocol.flow.read_paused and protocol.transport.reading_paused, (
+            "uvicorn no longer pauses reading (flow.read_paused) once an unread body passes its buffer: a body the"
+            " app has not asked for would count against the client's rate"
+        )
+        protocol.pause_writing()
+        assert protocol.flow.write_paused, "uvicorn's flow control no longer says write_paused while writes are paused"
+        protocol.connection_lost(None)  # ends the app's task, whose 500 would otherwise wait for writes to resume
+
+    run(check)
+
+
+def test_uvicorn_answers_503_when_its_connections_reach_limit_concurrency():
+    async def check():
+        state = ServerState()
+        first = serve(answer, state=state, limit_concurrency=2)
+        serve(answer, state=state, limit_concurrency=2)
+        first.data_received(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        await asyncio.sleep(0.01)
+        assert first.transport.written.startswith(b"HTTP/1.1 503"), (
+            "uvicorn no longer answers 503 when its open connections reach limit_concurrency: server.py sets it one"
+            " above CHARIOT_MAX_CONNECTIONS for that rule, which may now mean something else"
+        )
+
+    run(check)
+
+
+def test_the_engines_protocol_builds_on_uvicorns():
+    async def check():
+        protocol = serve(answer, kind=IdleLimitedProtocol)
+        protocol.data_received(b"G")
+        await asyncio.sleep(0)
+        assert protocol._in_head and protocol._timer is not None, "a head's first byte no longer starts its deadline"
+        protocol.data_received(b"ET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        await asyncio.sleep(0.01)
+        assert protocol.transport.written.startswith(b"HTTP/1.1 200") and protocol._timer is None
+
+    run(check)

@@ -1,8 +1,8 @@
 """Attack an engine on loopback and report what it held: peak RSS, threads and health latency per attack.
 
-    .venv/bin/python scripts/hostile_figures.py
+    .venv/bin/python scripts/hostile_figures.py [--slow-clients]
 
-Starts the faulty test engine with default settings (plus what each attack names), one engine per attack, and
+(--slow-clients: only the attacks of slow clients on the connection table, about a minute.) Starts the faulty test engine with default settings (plus what each attack names), one engine per attack, and
 stops each by its process id. Prints a Markdown table for the README's reliability section."""
 
 import json
@@ -21,22 +21,31 @@ sys.path[:0] = [str(ROOT / "{{cookiecutter.engine_name}}" / "src"), str(ROOT / "
 os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [sys.path[0], os.environ.get("PYTHONPATH")]))
 
 from hostile import HERE, RSSGuard, peak_rss_mib, png_request, threads, wait_until  # noqa: E402
+from test_hostile_slow_clients import answers_by, connect_all  # noqa: E402
 from test_hostile_workers import children, serving_again  # noqa: E402
 
+from chariot_support.settings import EngineSettings  # noqa: E402
 from chariot_support.testing import run_engine  # noqa: E402
 
 INFER = "/v2/models/m-faulty/infer"
 
 
 def health_probe(engine, done: threading.Event, worst: list[float]) -> None:
+    """Ask for health from a new connection until `done`: worst[0] is the slowest answer's seconds, worst[1] the
+    count of answers other than 200 (a refused connection among them)."""
     while not done.is_set():
         started = time.monotonic()
         try:
-            requests.get(f"{engine.url}/v2/health/live", timeout=120)
+            ok = requests.get(f"{engine.url}/v2/health/live", timeout=120).status_code == 200
         except requests.RequestException:
-            pass
+            ok = False
         worst[0] = max(worst[0], time.monotonic() - started)
+        worst[1] += not ok
         time.sleep(0.05)
+
+
+def health(worst: list[float]) -> str:
+    return f"{worst[0]:.2f} s" + (f", {worst[1]:.0f} failed" if worst[1] else "")
 
 
 def kill_workers(engine) -> str:
@@ -52,7 +61,7 @@ def kill_workers(engine) -> str:
 
 def attack(name: str, bodies, path: str = INFER, env: dict | None = None, during=None) -> str:
     with run_engine("faulty_engine", src=HERE, env=env or {}) as engine:
-        done, worst = threading.Event(), [0.0]
+        done, worst = threading.Event(), [0.0, 0]
         prober = threading.Thread(target=health_probe, args=(engine, done, worst))
         prober.start()
         with RSSGuard(engine.process, 6 * 1024) as guard, ThreadPoolExecutor(8) as pool:
@@ -67,11 +76,45 @@ def attack(name: str, bodies, path: str = INFER, env: dict | None = None, during
         peak = peak_rss_mib(engine.process.pid) if not guard.tripped else 6 * 1024
         count = threads(engine.process.pid) if not guard.tripped else 0
         counts = ", ".join(f"{statuses.count(s)}× {s}" for s in sorted(set(statuses)))
-        return f"| {name} | {counts} | {peak:,.0f} MiB | {count} | {worst[0]:.2f} s | {alive} |"
+        return f"| {name} | {counts} | {peak:,.0f} MiB | {count} | {health(worst)} | {alive} |"
+
+
+def slow_clients(name: str, first_bytes: bytes, trickle: float | None = None, watch: float = 40.0) -> str:
+    """CHARIOT_MAX_CONNECTIONS connections send `first_bytes`, then one more byte every `trickle` seconds, for up
+    to `watch` seconds: what each was answered and when the last was closed, and health from new connections."""
+    count = EngineSettings().max_connections
+    with run_engine("faulty_engine", src=HERE) as engine:
+        done, worst = threading.Event(), [0.0, 0]
+        prober = threading.Thread(target=health_probe, args=(engine, done, worst))
+        prober.start()
+        with RSSGuard(engine.process, 6 * 1024) as guard:
+            started = time.monotonic()
+            sockets = connect_all(engine, count, first_bytes)
+            answers = answers_by(sockets, started + watch, trickle)
+            for sock in sockets:
+                sock.close()
+        done.set()
+        prober.join()
+        seen = [answer.split(b" ", 2)[1].decode() if answer else "no answer" for answer, _ in answers.values()]
+        counts = ", ".join(f"{seen.count(s)}× {s}" for s in sorted(set(seen)))
+        open_still = sum(closed is None for _, closed in answers.values())
+        last = max((closed for _, closed in answers.values() if closed is not None), default=started) - started
+        counts += f"; {open_still} still open at {watch:.0f} s" if open_still else f"; all closed by {last:.1f} s"
+        alive = "killed at 6 GiB" if guard.tripped else "alive"
+        peak = peak_rss_mib(engine.process.pid) if not guard.tripped else 6 * 1024
+        after = threads(engine.process.pid) if not guard.tripped else 0
+        return f"| {name} | {counts} | {peak:,.0f} MiB | {after} | {health(worst)} | {alive} |"
 
 
 def main() -> None:
-    rows = [
+    rows = slow_client_rows() if sys.argv[1:] == ["--slow-clients"] else request_rows() + slow_client_rows()
+    print("| attack | answers | peak RSS | threads after | slowest /v2/health/live | engine |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    print("\n".join(rows))
+
+
+def request_rows() -> list[str]:
+    return [
         attack("4 requests of 64 black 10000×10000 PNGs", [json.dumps(png_request(10_000, 64))] * 4),
         attack(
             "8 requests with a 29M-element INT64 tensor (58 MB)",
@@ -99,9 +142,14 @@ def main() -> None:
             during=kill_workers,
         ),
     ]
-    print("| attack | answers | peak RSS | threads after | slowest /v2/health/live | engine |")
-    print("| --- | --- | --- | --- | --- | --- |")
-    print("\n".join(rows))
+
+
+def slow_client_rows() -> list[str]:
+    head = f"POST {INFER} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {1 << 20}\r\n\r\n"
+    return [
+        slow_clients("512 connections each send one byte (`G`) and nothing more", b"G"),
+        slow_clients("512 connections send headers for a 1 MB body, then one byte every 3 s", head.encode(), trickle=3),
+    ]
 
 
 if __name__ == "__main__":

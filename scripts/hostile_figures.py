@@ -2,8 +2,9 @@
 
     .venv/bin/python scripts/hostile_figures.py [--slow-clients]
 
-(--slow-clients: only the attacks of slow clients on the connection table, about a minute.) Starts the faulty test engine with default settings (plus what each attack names), one engine per attack, and
-stops each by its process id. Prints a Markdown table for the README's reliability section."""
+Starts the faulty test engine with default settings (plus what each attack names), one engine per attack, and
+stops each by its process id. Prints a Markdown table for the README's reliability section. `--slow-clients` runs
+only the attacks of slow clients on the connection table (about a minute)."""
 
 import json
 import os
@@ -20,8 +21,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "{{cookiecutter.engine_name}}" / "src"), str(ROOT / "tests" / "support")]
 os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [sys.path[0], os.environ.get("PYTHONPATH")]))
 
-from hostile import HERE, RSSGuard, peak_rss_mib, png_request, threads, wait_until  # noqa: E402
-from test_hostile_slow_clients import answers_by, connect_all  # noqa: E402
+from hostile import HERE, HealthProbe, RSSGuard, peak_rss_mib, png_request, threads, wait_until  # noqa: E402
+from test_hostile_slow_clients import TRICKLED_BODY_HEAD, answers_by, connect_all  # noqa: E402
 from test_hostile_workers import children, serving_again  # noqa: E402
 
 from chariot_support.settings import EngineSettings  # noqa: E402
@@ -31,21 +32,14 @@ INFER = "/v2/models/m-faulty/infer"
 
 
 def health_probe(engine, done: threading.Event, worst: list[float]) -> None:
-    """Ask for health from a new connection until `done`: worst[0] is the slowest answer's seconds, worst[1] the
-    count of answers other than 200 (a refused connection among them)."""
     while not done.is_set():
         started = time.monotonic()
         try:
-            ok = requests.get(f"{engine.url}/v2/health/live", timeout=120).status_code == 200
+            requests.get(f"{engine.url}/v2/health/live", timeout=120)
         except requests.RequestException:
-            ok = False
+            pass
         worst[0] = max(worst[0], time.monotonic() - started)
-        worst[1] += not ok
         time.sleep(0.05)
-
-
-def health(worst: list[float]) -> str:
-    return f"{worst[0]:.2f} s" + (f", {worst[1]:.0f} failed" if worst[1] else "")
 
 
 def kill_workers(engine) -> str:
@@ -61,7 +55,7 @@ def kill_workers(engine) -> str:
 
 def attack(name: str, bodies, path: str = INFER, env: dict | None = None, during=None) -> str:
     with run_engine("faulty_engine", src=HERE, env=env or {}) as engine:
-        done, worst = threading.Event(), [0.0, 0]
+        done, worst = threading.Event(), [0.0]
         prober = threading.Thread(target=health_probe, args=(engine, done, worst))
         prober.start()
         with RSSGuard(engine.process, 6 * 1024) as guard, ThreadPoolExecutor(8) as pool:
@@ -76,7 +70,7 @@ def attack(name: str, bodies, path: str = INFER, env: dict | None = None, during
         peak = peak_rss_mib(engine.process.pid) if not guard.tripped else 6 * 1024
         count = threads(engine.process.pid) if not guard.tripped else 0
         counts = ", ".join(f"{statuses.count(s)}× {s}" for s in sorted(set(statuses)))
-        return f"| {name} | {counts} | {peak:,.0f} MiB | {count} | {health(worst)} | {alive} |"
+        return f"| {name} | {counts} | {peak:,.0f} MiB | {count} | {worst[0]:.2f} s | {alive} |"
 
 
 def slow_clients(name: str, first_bytes: bytes, trickle: float | None = None, watch: float = 40.0) -> str:
@@ -84,17 +78,12 @@ def slow_clients(name: str, first_bytes: bytes, trickle: float | None = None, wa
     to `watch` seconds: what each was answered and when the last was closed, and health from new connections."""
     count = EngineSettings().max_connections
     with run_engine("faulty_engine", src=HERE) as engine:
-        done, worst = threading.Event(), [0.0, 0]
-        prober = threading.Thread(target=health_probe, args=(engine, done, worst))
-        prober.start()
-        with RSSGuard(engine.process, 6 * 1024) as guard:
+        with RSSGuard(engine.process, 6 * 1024) as guard, HealthProbe(engine) as probe:
             started = time.monotonic()
             sockets = connect_all(engine, count, first_bytes)
             answers = answers_by(sockets, started + watch, trickle)
             for sock in sockets:
                 sock.close()
-        done.set()
-        prober.join()
         seen = [answer.split(b" ", 2)[1].decode() if answer else "no answer" for answer, _ in answers.values()]
         counts = ", ".join(f"{seen.count(s)}× {s}" for s in sorted(set(seen)))
         open_still = sum(closed is None for _, closed in answers.values())
@@ -103,7 +92,8 @@ def slow_clients(name: str, first_bytes: bytes, trickle: float | None = None, wa
         alive = "killed at 6 GiB" if guard.tripped else "alive"
         peak = peak_rss_mib(engine.process.pid) if not guard.tripped else 6 * 1024
         after = threads(engine.process.pid) if not guard.tripped else 0
-        return f"| {name} | {counts} | {peak:,.0f} MiB | {after} | {health(worst)} | {alive} |"
+        health = f"{probe.worst:.2f} s" + (f", {len(probe.failures)} probes failed" if probe.failures else "")
+        return f"| {name} | {counts} | {peak:,.0f} MiB | {after} | {health} | {alive} |"
 
 
 def main() -> None:
@@ -145,10 +135,9 @@ def request_rows() -> list[str]:
 
 
 def slow_client_rows() -> list[str]:
-    head = f"POST {INFER} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {1 << 20}\r\n\r\n"
     return [
         slow_clients("512 connections each send one byte (`G`) and nothing more", b"G"),
-        slow_clients("512 connections send headers for a 1 MB body, then one byte every 3 s", head.encode(), trickle=3),
+        slow_clients("512 connections send headers for a 1 MB body, then one byte every 3 s", TRICKLED_BODY_HEAD, 3),
     ]
 
 

@@ -1,15 +1,19 @@
 """Canaries for the parts of uvicorn's httptools protocol that chariot_support.connections relies on. Each drives
 uvicorn's own protocol over a stand-in transport and, on a uvicorn where an assumption no longer holds, says in
-plain words what changed."""
+plain words what changed. Then the engine's protocol over the same transport, with its deadlines shortened."""
 
 import asyncio
+import json
 
+import pytest
 from uvicorn.config import Config
 from uvicorn.protocols.http.flow_control import HIGH_WATER_LIMIT
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.server import ServerState
 
+from chariot_support import connections
 from chariot_support.connections import IdleLimitedProtocol
+from chariot_support.settings import EngineSettings
 
 
 class Transport(asyncio.Transport):
@@ -220,6 +224,41 @@ def test_uvicorn_answers_503_when_its_connections_reach_limit_concurrency():
             "uvicorn no longer answers 503 when its open connections reach limit_concurrency: server.py sets it one"
             " above CHARIOT_MAX_CONNECTIONS for that rule, which may now mean something else"
         )
+
+    run(check)
+
+
+@pytest.fixture
+def short_deadlines(monkeypatch):
+    settings = EngineSettings.from_env({"CHARIOT_HEADER_TIMEOUT": "0.05", "CHARIOT_BODY_TIMEOUT": "0.05"})
+    monkeypatch.setattr(connections, "config", lambda: settings)
+
+
+def test_a_body_the_engine_has_not_asked_for_is_not_cut_until_it_is_asked(short_deadlines):
+    """With `Expect: 100-continue`, the client waits for the engine's go-ahead: windows that end before the app asks
+    for the body do not count; once asked, a silent client gets its 408, and the app's receive() a disconnect."""
+    asked = asyncio.Event()
+    got = []
+
+    async def reads_later(scope, receive, send):
+        await asked.wait()
+        got.append(await receive())
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    async def check():
+        protocol = serve(reads_later, kind=IdleLimitedProtocol)
+        protocol.data_received(b"POST / HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 9\r\n\r\n")
+        await asyncio.sleep(0.2)  # four windows
+        assert not protocol.transport.closed and protocol.transport.written == b""
+        asked.set()
+        await asyncio.sleep(0.2)
+        written = bytes(protocol.transport.written)
+        assert written.startswith(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 408 Request Timeout\r\n"), written
+        error = json.loads(written.split(b"\r\n\r\n", 2)[2])["error"]  # nothing the app sent after it
+        assert error.startswith("the request body came too slowly: 0 bytes in the last 0.05 s"), error
+        assert protocol.transport.closed and got == [{"type": "http.disconnect"}]
+        protocol.connection_lost(None)
 
     run(check)
 

@@ -263,6 +263,21 @@ def test_a_body_the_engine_has_not_asked_for_is_not_cut_until_it_is_asked(short_
     run(check)
 
 
+def test_a_client_that_leaves_its_answer_unread_is_cut_after_the_body_timeout(short_deadlines):
+    async def check():
+        reading = serve(answer, kind=IdleLimitedProtocol)
+        reading.pause_writing()
+        await asyncio.sleep(0.02)
+        reading.resume_writing()  # it read some before the deadline
+        unread = serve(answer, kind=IdleLimitedProtocol)
+        unread.pause_writing()
+        await asyncio.sleep(0.2)
+        assert unread.transport.aborted and unread not in unread.connections
+        assert not reading.transport.closed and reading in reading.connections
+
+    run(check)
+
+
 def test_the_engines_protocol_builds_on_uvicorns():
     async def check():
         protocol = serve(answer, kind=IdleLimitedProtocol)

@@ -32,11 +32,14 @@ class IdleLimitedProtocol(HttpToolsProtocol):
       (httptools would hold any length): past either, 408 or 431, and the connection is closed.
     - A body must keep flowing: each CHARIOT_BODY_TIMEOUT seconds must bring CHARIOT_MIN_BODY_RATE KiB a second.
       A rate over windows, rather than a deadline scaled to the declared length: it needs no Content-Length
-      (chunked bodies have none), catches a body that stalls near its end (a deadline for 64 MiB leaves a
-      sender holding its last byte half an hour), and cuts a sender of one byte every few seconds at the first
-      window. Windows in which the engine itself holds the body back (reading paused until the app takes what
-      it has, or a `100 Continue` not yet sent) do not count against the client. 1 KiB/s over 10 s is four
-      times Kestrel's floor and far below any phone's upload, yet a client must spend 1 KiB/s to hold a slot.
+      (chunked bodies have none), catches a body that stalls near its end (a deadline for 64 MiB at 32 KiB/s lets
+      a client that sent all but the last byte at once hold it for half an hour), and cuts a sender of one byte
+      every few seconds at the first window. Windows in which the engine itself holds the body back (reading
+      paused until the app takes what it has, or a `100 Continue` not yet sent) do not count against the client.
+      Behind Knative the queue-proxy passes bytes on as they come, so the engine sees each client's own pace,
+      phones on poor links included: 1 KiB/s over 10 s is four times Kestrel's floor and far below any phone's
+      upload, yet a client must spend 1 KiB/s to hold a slot.
+    - A client that leaves its answer unread (the transport's buffer stays full) for CHARIOT_BODY_TIMEOUT is cut.
     - With CHARIOT_MAX_CONNECTIONS open, a new connection closes the one that has waited longest without a sign
       of life (idle, still in its head, with a stalled body, or not reading its answer) instead of being refused:
       a health probe gets in however many slow clients hold the table. Only when every connection has a request
@@ -52,6 +55,7 @@ class IdleLimitedProtocol(HttpToolsProtocol):
     _window_bytes = 0  # body bytes read in the current rate window
     _body_bytes = 0
     _timer: TimerHandle | None = None  # the head deadline, the end of a body's rate window, or the cut after LINGER
+    _write_timer: TimerHandle | None = None  # the cut of a client that leaves its answer unread
     _activity: OrderedDict[IdleLimitedProtocol, None] | None = None
 
     def connection_made(self, transport) -> None:
@@ -65,6 +69,8 @@ class IdleLimitedProtocol(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_timer()
+        if self._write_timer is not None:
+            self._write_timer.cancel()
         if self._activity is not None:
             self._activity.pop(self, None)
         super().connection_lost(exc)
@@ -108,6 +114,25 @@ class IdleLimitedProtocol(HttpToolsProtocol):
     def on_response_complete(self) -> None:
         self._touch()
         super().on_response_complete()
+
+    def pause_writing(self) -> None:
+        """The transport holds more of the answer than it may: the client has read none of it for a while. One
+        that still reads nothing after CHARIOT_BODY_TIMEOUT is cut, or it would hold the answer's bytes and the
+        request's task for as long as it likes."""
+        super().pause_writing()
+        if self._write_timer is None:
+            self._write_timer = self.loop.call_later(config().body_timeout, self._answer_unread)
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        if self._write_timer is not None:
+            self._write_timer.cancel()
+            self._write_timer = None
+
+    def _answer_unread(self) -> None:
+        self._write_timer = None
+        if self.flow.write_paused:
+            self._shut(None)
 
     def _touch(self) -> None:
         if self._activity is not None and self in self._activity:

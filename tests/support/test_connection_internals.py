@@ -278,6 +278,27 @@ def test_a_client_that_leaves_its_answer_unread_is_cut_after_the_body_timeout(sh
     run(check)
 
 
+def test_a_late_head_gets_408_and_is_counted_in_one_log_line(short_deadlines, monkeypatch, caplog):
+    monkeypatch.setattr(connections, "LOG_EVERY", 0.1)
+
+    async def check():
+        state = ServerState()
+        late = [serve(answer, kind=IdleLimitedProtocol, state=state) for _ in range(3)]
+        for protocol in late:
+            protocol.data_received(b"GET / HTT")
+        await asyncio.sleep(0.3)
+        for protocol in late:
+            head, _, body = bytes(protocol.transport.written).partition(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.1 408 Request Timeout\r\n") and b"connection: close" in head
+            assert "CHARIOT_HEADER_TIMEOUT is 0.05 s" in json.loads(body)["error"]
+            assert protocol.transport.closed and protocol not in protocol.connections
+
+    with caplog.at_level("WARNING", logger="chariot_support"):
+        run(check)
+    lines = [r for r in caplog.records if "closed 3 connections" in r.getMessage()]
+    assert len(lines) == 1 and lines[0].fields == {"closed_connections": {"head_late": 3}}, caplog.text
+
+
 def test_the_engines_protocol_builds_on_uvicorns():
     async def check():
         protocol = serve(answer, kind=IdleLimitedProtocol)

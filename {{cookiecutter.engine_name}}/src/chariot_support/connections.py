@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import http
 import json
+import logging
 import weakref
 from asyncio import TimerHandle
 from collections import OrderedDict
@@ -13,14 +14,44 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from .settings import config
 
+logger = logging.getLogger("chariot_support")
+
 # Most bytes of a request's head (request line and headers) held while it arrives.
 MAX_HEAD_BYTES = 64 << 10
 # Seconds a connection being closed gets to take its last answer before it is cut: a client that reads nothing would
 # otherwise hold it open with that answer unsent.
 LINGER = 2.0
 
-# Each server's open connections, the one whose last sign of life is oldest first (see IdleLimitedProtocol._touch).
-_ACTIVITY: weakref.WeakKeyDictionary[object, OrderedDict[IdleLimitedProtocol, None]] = weakref.WeakKeyDictionary()
+# Seconds between the log lines that count the connections closed for their clients' slowness: one line per
+# connection would let an attack write the log as fast as it opens connections.
+LOG_EVERY = 10.0
+
+
+class ConnectionTable:
+    """One server's open connections, the one whose last sign of life is oldest first (see
+    IdleLimitedProtocol._touch), and how many it closed since its last log line about them, by reason."""
+
+    def __init__(self):
+        self.activity: OrderedDict[IdleLimitedProtocol, None] = OrderedDict()
+        self.closed: dict[str, int] = {}
+
+    def count_closed(self, loop, reason: str) -> None:
+        if not self.closed:
+            loop.call_later(LOG_EVERY, self._log_closed)
+        self.closed[reason] = self.closed.get(reason, 0) + 1
+
+    def _log_closed(self) -> None:
+        counts, self.closed = self.closed, {}
+        logger.warning(
+            "closed %d connections in the last %g s for their clients' slowness or to make room: %s",
+            sum(counts.values()),
+            LOG_EVERY,
+            ", ".join(f"{count} {reason}" for reason, count in sorted(counts.items())),
+            extra={"fields": {"closed_connections": counts}},
+        )
+
+
+_TABLES: weakref.WeakKeyDictionary[object, ConnectionTable] = weakref.WeakKeyDictionary()  # by uvicorn server state
 
 
 class IdleLimitedProtocol(HttpToolsProtocol):
@@ -56,14 +87,14 @@ class IdleLimitedProtocol(HttpToolsProtocol):
     _body_bytes = 0
     _timer: TimerHandle | None = None  # the head deadline, the end of a body's rate window, or the cut after LINGER
     _write_timer: TimerHandle | None = None  # the cut of a client that leaves its answer unread
-    _activity: OrderedDict[IdleLimitedProtocol, None] | None = None
+    _table: ConnectionTable | None = None
 
     def connection_made(self, transport) -> None:
         super().connection_made(transport)
-        self._activity = _ACTIVITY.setdefault(self.server_state, OrderedDict())
-        self._activity[self] = None
+        self._table = _TABLES.get(self.server_state) or _TABLES.setdefault(self.server_state, ConnectionTable())
+        self._table.activity[self] = None
         if len(self.connections) > config().max_connections and not self._make_room():
-            self._shut(None)
+            self._shut(None, "refused_table_busy")
             return
         self.timeout_keep_alive_task = self.loop.call_later(self.timeout_keep_alive, self.timeout_keep_alive_handler)
 
@@ -71,8 +102,8 @@ class IdleLimitedProtocol(HttpToolsProtocol):
         self._cancel_timer()
         if self._write_timer is not None:
             self._write_timer.cancel()
-        if self._activity is not None:
-            self._activity.pop(self, None)
+        if self._table is not None:
+            self._table.activity.pop(self, None)
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
@@ -83,7 +114,7 @@ class IdleLimitedProtocol(HttpToolsProtocol):
         if self._in_head:  # still inside the head after these bytes were read: all of them belong to it
             self._head_bytes += len(data)
             if self._head_bytes > MAX_HEAD_BYTES:
-                self._shut(431, f"the request's headers pass {MAX_HEAD_BYTES:,} bytes")
+                self._shut(431, "head_too_long", f"the request's headers pass {MAX_HEAD_BYTES:,} bytes")
             elif self._timer is None:
                 self._timer = self.loop.call_later(config().header_timeout, self._head_late)
         elif self._in_body and self._timer is None:
@@ -132,11 +163,11 @@ class IdleLimitedProtocol(HttpToolsProtocol):
     def _answer_unread(self) -> None:
         self._write_timer = None
         if self.flow.write_paused:
-            self._shut(None)
+            self._shut(None, "answer_unread")
 
     def _touch(self) -> None:
-        if self._activity is not None and self in self._activity:
-            self._activity.move_to_end(self)
+        if self._table is not None and self in self._table.activity:
+            self._table.activity.move_to_end(self)
 
     def _cancel_timer(self) -> None:
         if self._timer is not None:
@@ -152,6 +183,7 @@ class IdleLimitedProtocol(HttpToolsProtocol):
             limit = config().header_timeout
             self._shut(
                 408,
+                "head_late",
                 f"the request's head (request line and headers) did not arrive within {limit:g} s of its first byte;"
                 f" send it at once (the engine's CHARIOT_HEADER_TIMEOUT is {limit:g} s)",
             )
@@ -168,6 +200,7 @@ class IdleLimitedProtocol(HttpToolsProtocol):
             return
         self._shut(
             408,
+            "body_slow",
             f"the request body came too slowly: {self._window_bytes:,} bytes in the last {window:g} s, under the"
             f" {rate} KiB/s it must keep up (the engine's CHARIOT_MIN_BODY_RATE over CHARIOT_BODY_TIMEOUT);"
             f" {self._body_bytes:,} bytes of it had arrived",
@@ -187,20 +220,23 @@ class IdleLimitedProtocol(HttpToolsProtocol):
     def _make_room(self) -> bool:
         """Close the connection that has gone longest without a sign of life and waits on its client; False when
         every other connection has a request in flight."""
-        for other in self._activity or ():
+        for other in self._table.activity:
             if other is not self and other._evictable():
                 limit = config().max_connections
                 other._shut(
                     503,
+                    "closed_to_make_room",
                     f"the engine holds its most connections (CHARIOT_MAX_CONNECTIONS, {limit}) and closed this one,"
                     " the one that had waited longest on its client, to serve another: retry",
                 )
                 return True
         return False
 
-    def _shut(self, status: int | None, message: str = "") -> None:
+    def _shut(self, status: int | None, reason: str, message: str = "") -> None:
         """Close the connection, with an answer `status` when a request has started and none is being written. It
-        leaves the connection table at once, and is cut after LINGER if the client does not take the answer."""
+        leaves the connection table at once, and is cut after LINGER if the client does not take the answer. `reason`
+        is counted in the next log line about closed connections."""
+        self._table.count_closed(self.loop, reason)
         cycle = self.cycle
         if self._in_body:  # `cycle` is this body's request
             answering = status is not None and not cycle.response_started
@@ -215,8 +251,7 @@ class IdleLimitedProtocol(HttpToolsProtocol):
         self._in_head = self._in_body = False
         self._cancel_timer()
         self.connections.discard(self)
-        if self._activity is not None:
-            self._activity.pop(self, None)
+        self._table.activity.pop(self, None)
         if self.flow.write_paused:  # not reading what it was sent: nothing more will reach it
             self.transport.abort()
             return

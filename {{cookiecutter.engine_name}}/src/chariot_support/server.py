@@ -73,6 +73,9 @@ def engine_settings() -> Settings:
         limit_concurrency=config().max_connections + 1,
         timeout_keep_alive=config().keep_alive,
         http=IdleLimitedProtocol,
+        # An engine serves no WebSockets; left on when a model's dependencies install a WebSocket library, an upgrade
+        # would take connections out of the bounded protocol's hands.
+        ws="none",
         proxy_headers=False,
     )
     return settings

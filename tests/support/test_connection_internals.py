@@ -59,6 +59,7 @@ class Recorder(HttpToolsProtocol):
 
     def on_headers_complete(self):
         self.calls.append("headers")
+        self.target = self.url
         super().on_headers_complete()
 
     def on_body(self, body):
@@ -121,10 +122,14 @@ def test_the_parser_calls_back_at_a_heads_first_byte_its_end_each_body_chunk_and
             "uvicorn's httptools protocol no longer calls on_message_begin at a request's first byte: the head"
             f" deadline would not start (callbacks: {protocol.calls})"
         )
-        protocol.data_received(b"OST / HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\n\r\nab")
+        protocol.data_received(b"OST /v2/health/live?x=1 HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\n\r\nab")
         assert protocol.calls == ["begin", "headers", "body"], (
             "uvicorn's httptools protocol no longer calls on_headers_complete at a head's end and on_body per body"
             f" chunk: body deadlines would not start or count (callbacks: {protocol.calls})"
+        )
+        assert protocol.target == b"/v2/health/live?x=1", (
+            "uvicorn's protocol no longer holds the request target in `url` when the head ends: health checks past"
+            f" CHARIOT_MAX_CONNECTIONS requests in flight would not be told apart ({protocol.target!r})"
         )
         protocol.data_received(b"cd")
         await asyncio.sleep(0.01)
@@ -213,16 +218,36 @@ def test_flow_control_says_when_the_engine_holds_a_body_back_or_the_client_reads
     run(check)
 
 
-def test_uvicorn_answers_503_when_its_connections_reach_limit_concurrency():
+def test_requests_run_as_tasks_in_the_servers_set_and_get_the_app_the_protocol_holds_at_their_heads_end():
+    release = asyncio.Event()
+
+    async def holds(scope, receive, send):
+        await release.wait()
+        await answer(scope, receive, send)
+
+    async def other(scope, receive, send):
+        await send({"type": "http.response.start", "status": 418, "headers": [(b"content-length", b"0")]})
+        await send({"type": "http.response.body", "body": b""})
+
     async def check():
         state = ServerState()
-        first = serve(answer, state=state, limit_concurrency=2)
-        serve(answer, state=state, limit_concurrency=2)
-        first.data_received(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        protocol = serve(holds, state=state)
+        protocol.data_received(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
         await asyncio.sleep(0.01)
-        assert first.transport.written.startswith(b"HTTP/1.1 503"), (
-            "uvicorn no longer answers 503 when its open connections reach limit_concurrency: server.py sets it one"
-            " above CHARIOT_MAX_CONNECTIONS for that rule, which may now mean something else"
+        assert protocol.tasks is state.tasks and len(state.tasks) == 1, (
+            "uvicorn no longer keeps each running request's task in `tasks` (server_state's set): the engine counts"
+            " requests in flight there"
+        )
+        release.set()
+        await asyncio.sleep(0.01)
+        assert not state.tasks, "uvicorn no longer takes a finished request's task out of `tasks`"
+        swapped = serve(holds, state=state)
+        swapped.app = other
+        swapped.data_received(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        await asyncio.sleep(0.01)
+        assert swapped.transport.written.startswith(b"HTTP/1.1 418"), (
+            "uvicorn's on_headers_complete no longer starts the request with the protocol's `app`: requests past"
+            " CHARIOT_MAX_CONNECTIONS in flight would reach the app instead of their 503"
         )
 
     run(check)

@@ -161,3 +161,20 @@ def test_a_full_table_closes_the_connection_idle_longest_never_a_request_in_flig
             refused = "closed"
         assert refused == "closed"
         assert [each.result().status_code for each in busy] == [200] * 4
+
+
+def test_requests_past_the_cap_in_flight_get_a_503_that_says_so():
+    """Clients that leave leave their predicts running: past CHARIOT_MAX_CONNECTIONS requests in flight, a new
+    request gets a JSON 503 with Retry-After (a health check is still answered), and is served once they end."""
+    env = {"CHARIOT_MAX_CONNECTIONS": "4", "FAULTY_THREAD_SAFE": "1"}
+    slow = json.dumps(chariot_request(image_input("image", PIXELS, fault="sleep", seconds=3))).encode()
+    head = f"POST {INFER} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {len(slow)}\r\n\r\n"
+    with run_engine("faulty_engine", src=HERE, env=env) as engine:
+        for sock in connect_all(engine, 4, head.encode() + slow):
+            sock.close()  # the client leaves; its predict runs on
+        time.sleep(0.5)
+        refused = requests.get(f"{engine.url}/v2/models/m-faulty", timeout=5)
+        assert refused.status_code == 503 and refused.headers["retry-after"] == "1", refused.text
+        assert "CHARIOT_MAX_CONNECTIONS" in refused.json()["error"]
+        assert requests.get(f"{engine.url}/v2/health/live", timeout=5).status_code == 200
+        assert wait_until(lambda: requests.get(f"{engine.url}/v2/models/m-faulty", timeout=5).status_code == 200, 15)

@@ -13,6 +13,7 @@ from collections import OrderedDict
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from .settings import config
+from .traffic import RETRY_AFTER, send_error
 
 logger = logging.getLogger("chariot_support")
 
@@ -21,6 +22,9 @@ MAX_HEAD_BYTES = 64 << 10
 # Seconds a connection being closed gets to take its last answer before it is cut: a client that reads nothing would
 # otherwise hold it open with that answer unsent.
 LINGER = 2.0
+
+# Health checks, answered whatever the requests in flight: each is cheap, and the connection table bounds them.
+HEALTH_PATHS = (b"/v2/health/live", b"/v2/health/ready", b"/ready")
 
 # Seconds between the log lines that count the connections closed for their clients' slowness: one line per
 # connection would let an attack write the log as fast as it opens connections.
@@ -71,6 +75,8 @@ class IdleLimitedProtocol(HttpToolsProtocol):
       phones on poor links included: 1 KiB/s over 10 s is four times Kestrel's floor and far below any phone's
       upload, yet a client must spend 1 KiB/s to hold a slot.
     - A client that leaves its answer unread (the transport's buffer stays full) for CHARIOT_BODY_TIMEOUT is cut.
+    - Past CHARIOT_MAX_CONNECTIONS requests in flight, a request other than a health check gets a 503 (uvicorn's
+      limit_concurrency would say so in plain text, without Retry-After, to health checks too).
     - With CHARIOT_MAX_CONNECTIONS open, a new connection closes the one that has waited longest without a sign
       of life (idle, still in its head, with a stalled body, or not reading its answer) instead of being refused:
       a health probe gets in however many slow clients hold the table. Only when every connection has a request
@@ -129,7 +135,17 @@ class IdleLimitedProtocol(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         self._in_head, self._in_body, self._body_bytes = False, True, 0
         self._cancel_timer()
-        super().on_headers_complete()
+        if len(self.tasks) < config().max_connections or self.url.partition(b"?")[0] in HEALTH_PATHS:
+            super().on_headers_complete()
+            return
+        # As many requests in flight as connections allowed (those of clients that left run on): this one is
+        # answered by `too_many_requests` instead of the app.
+        self._table.count_closed(self.loop, "too_many_requests")
+        app, self.app = self.app, too_many_requests
+        try:
+            super().on_headers_complete()
+        finally:
+            self.app = app
 
     def on_body(self, body: bytes) -> None:
         self._window_bytes += len(body)
@@ -259,9 +275,15 @@ class IdleLimitedProtocol(HttpToolsProtocol):
         self._timer = self.loop.call_later(LINGER, self.transport.abort)
 
 
+async def too_many_requests(scope, receive, send) -> None:
+    limit = config().max_connections
+    message = f"the engine is answering its most requests at once (CHARIOT_MAX_CONNECTIONS, {limit}): retry shortly"
+    await send_error(send, 503, message, close=True)
+
+
 def _answer(status: int, message: str) -> bytes:
     body = json.dumps({"error": message}).encode()
-    retry = b"retry-after: 1\r\n" if status == 503 else b""
+    retry = b"retry-after: %s\r\n" % RETRY_AFTER if status == 503 else b""
     return (
         b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\nconnection: close\r\n%scontent-length: %d\r\n\r\n%s"
         % (status, http.HTTPStatus(status).phrase.encode(), retry, len(body), body)

@@ -63,14 +63,13 @@ def engine_settings() -> Settings:
             "MLSERVER_CACHE_ENABLED is not supported by this engine: each request is answered by the model; unset it"
             " (a cache in front of the engine can answer repeated requests)"
         )
-    # uvicorn's own limits (MLServer passes these through): requests at once, and idle keep-alive seconds. uvicorn
-    # also answers 503 while its connections reach `limit_concurrency`; the protocol keeps them at
-    # CHARIOT_MAX_CONNECTIONS by closing slow ones, so the limit sits one above, and only requests in flight past
-    # CHARIOT_MAX_CONNECTIONS get a 503, never a health check among slow clients. X-Forwarded-* headers are left
-    # alone: nothing in an engine reads the client's address, and reading them cost every request.
+    # uvicorn's options (MLServer passes these through): idle keep-alive seconds, and the engine's protocol, which
+    # bounds connections and requests in flight itself (CHARIOT_MAX_CONNECTIONS). uvicorn's `limit_concurrency` stays
+    # off: it also answers 503 while the connections reach it, which refused health checks among slow clients.
+    # X-Forwarded-* headers are left alone: nothing in an engine reads the client's address, and reading them cost
+    # every request.
     set_uvicorn_options(
         settings,
-        limit_concurrency=config().max_connections + 1,
         timeout_keep_alive=config().keep_alive,
         http=IdleLimitedProtocol,
         # An engine serves no WebSockets; left on when a model's dependencies install a WebSocket library, an upgrade

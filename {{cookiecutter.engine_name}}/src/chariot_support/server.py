@@ -17,7 +17,7 @@ from mlserver.utils import install_uvloop_event_loop
 
 from . import model_id as model_id_rule
 from .base import ChariotModel
-from .connections import MAX_HEAD_BYTES, IdleLimitedProtocol
+from .connections import IdleLimitedProtocol
 from .data_plane import ChariotDataPlane, ChariotRepositoryHandlers, EngineRepository
 from .errors import ModelLoadFailed
 from .grpc_service import ChariotInferenceServicer
@@ -63,15 +63,18 @@ def engine_settings() -> Settings:
             "MLSERVER_CACHE_ENABLED is not supported by this engine: each request is answered by the model; unset it"
             " (a cache in front of the engine can answer repeated requests)"
         )
-    # uvicorn's own limits (MLServer passes these through): connections and requests at once, idle keep-alive
-    # seconds, and the most of an unfinished request's headers held per connection. X-Forwarded-* headers are left
-    # alone: nothing in an engine reads the client's address, and reading them cost every request.
+    # uvicorn's options (MLServer passes these through): idle keep-alive seconds, and the engine's protocol, which
+    # bounds connections and requests in flight itself (CHARIOT_MAX_CONNECTIONS). uvicorn's `limit_concurrency` stays
+    # off: it also answers 503 while the connections reach it, which refused health checks among slow clients.
+    # X-Forwarded-* headers are left alone: nothing in an engine reads the client's address, and reading them cost
+    # every request.
     set_uvicorn_options(
         settings,
-        limit_concurrency=config().max_connections,
         timeout_keep_alive=config().keep_alive,
-        h11_max_incomplete_event_size=MAX_HEAD_BYTES,
         http=IdleLimitedProtocol,
+        # An engine serves no WebSockets; left on when a model's dependencies install a WebSocket library, an upgrade
+        # would take connections out of the bounded protocol's hands.
+        ws="none",
         proxy_headers=False,
     )
     return settings

@@ -92,25 +92,6 @@ def no_worker_processes(monkeypatch):
     multiprocessing.set_start_method(method, force=True)
 
 
-@pytest.fixture
-def released_metrics(monkeypatch):
-    """MLServer's data plane and gRPC server register their metrics in prometheus' registry, which takes each name
-    once a process: what a canary registers is taken out again after it."""
-    from prometheus_client import REGISTRY
-
-    registered = []
-    register = REGISTRY.register
-
-    def recording(collector):
-        register(collector)
-        registered.append(collector)
-
-    monkeypatch.setattr(REGISTRY, "register", recording)
-    yield
-    for collector in registered:
-        REGISTRY.unregister(collector)
-
-
 def model_settings(name: str, implementation: type = MLModel, **parameters) -> ModelSettings:
     return ModelSettings(name=name, implementation=implementation, parameters=parameters or None)
 

@@ -146,7 +146,7 @@ def test_a_gzipped_answer_is_the_plain_answer_compressed(served, scene):
     assert "content-encoding" not in plain.headers
 
 
-def test_mlservers_own_app_has_no_inference_route_left():
+def test_mlservers_own_app_has_no_inference_route_left(released_metrics):
     """The REST app behind the front answers no inference: a request that got past the front would find no route."""
     import asyncio
 

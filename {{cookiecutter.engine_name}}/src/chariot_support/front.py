@@ -100,6 +100,8 @@ class InferenceFront:
         scope["chariot.route"] = route
         if scope["method"] == "POST":
             return await self.answer_http(scope, receive, send)
+        if route[0] == "v1":  # /v1/models/... also has the app's GET routes (status, metadata)
+            return await self.app(scope, receive, send)
         await self.refuse_http(scope, receive, send)  # CORS answers a browser's preflight before this is called
 
     async def _not_allowed(self, scope, receive, send):

@@ -94,16 +94,18 @@ def slow_clients(first_bytes: bytes, deadline: float, trickle: float | None = No
         assert wait_until(lambda: rss_mib(engine.process.pid) < before + 64, 10), (before, rss_mib(engine.process.pid))
         body = json.dumps(chariot_request(image_input("image", PIXELS)))
         assert requests.post(engine.url + INFER, data=body, timeout=10).status_code == 200
+        log = engine.log()
     timed_out = [each for each in refused if each[0] != 503]
     assert timed_out and {status for status, _ in timed_out} == {408}, refused[:3]
-    return timed_out
+    return timed_out, log
 
 
 def test_connections_that_send_one_byte_get_408_at_the_header_timeout_while_health_answers():
     """512 connections (all CHARIOT_MAX_CONNECTIONS) send `G` and nothing more: 408 at the default
     CHARIOT_HEADER_TIMEOUT, and health answers throughout."""
     assert DEFAULTS.header_timeout <= 10
-    for _, error in slow_clients(b"G", DEFAULTS.header_timeout):
+    timed_out, _ = slow_clients(b"G", DEFAULTS.header_timeout)
+    for _, error in timed_out:
         assert error.startswith("the request's head (request line and headers) did not arrive within 10 s"), error
         assert "CHARIOT_HEADER_TIMEOUT" in error
 
@@ -111,8 +113,12 @@ def test_connections_that_send_one_byte_get_408_at_the_header_timeout_while_heal
 def test_bodies_sent_one_byte_every_3_s_get_408_at_the_body_timeout_while_health_answers():
     """512 connections send the head of a 1 MB inference request, then one body byte every 3 s: 408 naming
     CHARIOT_MIN_BODY_RATE when the first default CHARIOT_BODY_TIMEOUT window ends, and health answers throughout."""
-    for _, error in slow_clients(TRICKLED_BODY_HEAD, DEFAULTS.body_timeout, trickle=3.0):
+    timed_out, log = slow_clients(TRICKLED_BODY_HEAD, DEFAULTS.body_timeout, trickle=3.0)
+    for _, error in timed_out:
         assert error.startswith("the request body came too slowly") and "CHARIOT_MIN_BODY_RATE" in error, error
+    # Each cut request's log line says what its client was answered.
+    statuses = [json.loads(line).get("status") for line in log.splitlines() if '"method": "POST"' in line]
+    assert statuses.count(408) == len(timed_out) and 499 not in statuses, statuses[:10]
 
 
 def test_a_body_that_keeps_the_minimum_rate_is_read_whole():

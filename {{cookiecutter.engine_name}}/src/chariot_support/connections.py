@@ -264,6 +264,8 @@ class IdleLimitedProtocol(HttpToolsProtocol):
             cycle.message_event.set()
         if answering:
             self.transport.write(_answer(status, message))
+            if cycle is not None:  # the request's log line says what the client was answered, not that it left
+                cycle.scope[ANSWERED] = status
         self._in_head = self._in_body = False
         self._cancel_timer()
         self.connections.discard(self)
@@ -273,6 +275,10 @@ class IdleLimitedProtocol(HttpToolsProtocol):
             return
         self.transport.close()
         self._timer = self.loop.call_later(LINGER, self.transport.abort)
+
+
+# The scope key where a connection cut by the protocol leaves the status it answered with.
+ANSWERED = "chariot.answered"
 
 
 async def too_many_requests(scope, receive, send) -> None:

@@ -24,6 +24,7 @@ from starlette.middleware.gzip import GZipMiddleware
 
 from . import chariot_v2, legacy, v2
 from .admission import body_budget
+from .connections import ANSWERED
 from .errors import ChariotError, internal_error
 from .internals import SERVING_ERRORS, HTTPMetrics
 from .logs import REQUEST_ID_HEADERS, header_request_id, log_request, request_entry
@@ -128,7 +129,7 @@ class InferenceFront:
             self.metrics.started("POST")
         with request_entry() as entry:
             try:
-                status = await self._serve(receive, send, kind, match, raw, headers)
+                status = await self._serve(scope, receive, send, kind, match, raw, headers)
             finally:
                 model = match["name"] if kind == "v2" else self.pipeline.model_name
                 log_request(
@@ -143,9 +144,9 @@ class InferenceFront:
                 if self.metrics is not None:
                     self.metrics.finished("POST", route_template(kind, match), status, time.perf_counter() - started)
 
-    async def _serve(self, receive, send, kind: str, match: re.Match, raw: dict, headers: dict[str, str]) -> int:
+    async def _serve(self, scope, receive, send, kind: str, match: re.Match, raw: dict, headers: dict[str, str]) -> int:
         """Read the body within its limits, answer it, and send the answer: the status sent (499 when the client
-        left first)."""
+        left first, or what the connection answered when it cut a slow client)."""
         if b"content-length" in raw and b"transfer-encoding" in raw:
             return await self._error(send, 400, BOTH_FRAMINGS, close=True)
         declared = raw.get(b"content-length", b"")
@@ -165,7 +166,7 @@ class InferenceFront:
             while True:
                 message = await receive()
                 if message["type"] != "http.request":
-                    return 499  # the client left
+                    return scope.get(ANSWERED, 499)  # the client left, or was cut for its slowness
                 chunk = message.get("body", b"")
                 if chunk:
                     received += len(chunk)

@@ -1,8 +1,10 @@
-"""What a request may hold while it is served: the decoded pixels of its images against a process-wide memory
-budget, and the threads that predicts past CHARIOT_PREDICT_TIMEOUT keep. Both are read once from the environment."""
+"""What a request may hold while it is served: its body and the decoded pixels of its images against process-wide
+memory budgets, and the threads that predicts past CHARIOT_PREDICT_TIMEOUT keep. Both are read once from the environment."""
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import logging
 import threading
 import time
@@ -11,7 +13,7 @@ from contextlib import contextmanager
 
 from .decoding import ImageInput, Limits, image_header
 from .errors import ChariotError
-from .settings import EngineSettings
+from .settings import EngineSettings, config
 
 logger = logging.getLogger("chariot_support")
 
@@ -45,7 +47,7 @@ class MemoryBudget:
         """Decoded bytes of `images`, read from their headers alone; a 413 when they can never be served."""
         pixels = 0
         for image in images:
-            width, height, _ = image_header(image.encoded, f"input '{image.name}'", self._limits)
+            width, height, _ = image_header(image.encoded, image.where, self._limits, image.item)
             pixels += width * height
         if pixels > self._settings.max_request_pixels:
             raise TooLarge(
@@ -116,3 +118,64 @@ class StuckThreads:
                 self._owed -= 1
                 return True
             return False
+
+
+class BodyBudget:
+    """Request bodies in flight, REST and gRPC together, against one process-wide budget (CHARIOT_BODY_BUDGET_MB).
+
+    A body is counted before its bytes are buffered: by its declared length when it has one, else chunk by chunk as
+    it arrives. A request that does not fit waits up to CHARIOT_ADMISSION_WAIT for room, then gets a 503, so a few
+    clients holding large bodies open cannot make the process hold more than the budget. Event-loop only."""
+
+    def __init__(self, capacity_bytes: int, wait_seconds: float):
+        self.capacity = capacity_bytes
+        self.used = 0
+        self._wait = wait_seconds
+        self._room: asyncio.Condition | None = None
+
+    def _full(self, size: int) -> Overloaded:
+        logger.warning("refused a request body of %d KiB: the body budget is full", size >> 10)
+        return Overloaded(
+            f"the engine holds as many request bodies as its memory budget allows ({self.capacity >> 20:,} MiB,"
+            " CHARIOT_BODY_BUDGET_MB); retry shortly"
+        )
+
+    async def reserve(self, size: int) -> None:
+        """Count `size` more bytes, waiting briefly for room; Overloaded (503) when there is none."""
+        if self.used + size <= self.capacity:
+            self.used += size
+            return
+        if self._room is None:
+            self._room = asyncio.Condition()
+        try:
+            async with self._room:
+                await asyncio.wait_for(
+                    self._room.wait_for(lambda: self.used + size <= self.capacity), self._wait or 1e-9
+                )
+                self.used += size
+        except TimeoutError:
+            raise self._full(size) from None
+
+    def grow(self, size: int) -> None:
+        """Count `size` more bytes of a body already admitted, without waiting: Overloaded when there is no room."""
+        if self.used + size > self.capacity:
+            raise self._full(size)
+        self.used += size
+
+    def release(self, size: int) -> None:
+        self.used -= size
+        if self._room is not None:
+            room = self._room
+
+            async def wake() -> None:
+                async with room:
+                    room.notify_all()
+
+            asyncio.get_running_loop().create_task(wake())
+
+
+@functools.cache
+def body_budget() -> BodyBudget:
+    """The process's one body budget, made on first use in the serving process."""
+    chosen = config()
+    return BodyBudget(chosen.body_budget_mb << 20, chosen.admission_wait)

@@ -5,10 +5,10 @@
     python -m chariot_support.deps lock --release protobuf     # the same, letting protobuf's pin move
     python -m chariot_support.deps check                       # this environment has one OpenCV, the headless one
 
-Run it from the engine's folder. Locking installs the engine with its test extra into a fresh virtual environment
-with this Python, keeping every version constraints.txt already pins where it can, and writes every package it
-installed, exactly pinned, into constraints.txt: the image installs the runtime ones, `pip install -c
-constraints.txt -e '.[test]'` all of them. When pip cannot resolve, the command says which requirements conflict
+Run it from the engine's folder. Locking installs the engine with every extra of pyproject.toml (test, eval) into a
+fresh virtual environment with this Python, keeping every version constraints.txt already pins where it can, and
+writes every package it installed, exactly pinned, into constraints.txt: the image installs the runtime ones,
+`pip install -c constraints.txt -e '.[test]'` the test extra's too. When pip cannot resolve, the command says which requirements conflict
 and which pins hold them, and leaves pyproject.toml and constraints.txt as they were.
 """
 
@@ -33,8 +33,8 @@ HEADER = """\
 # Every package the engine installs, pinned, so an image built a year from now gets the same versions as today;
 # pyproject.toml keeps the ranges the engine's code accepts, this file picks one version in each (the engine itself
 # is not listed). The image installs the engine's run-time dependencies from it; `pip install -c constraints.txt
-# -e '.[test]'` installs the test extra too. Written by `python -m chariot_support.deps lock` (or `add`), with
-# the image's Python; do not edit by hand.
+# -e '.[test]'` installs the test extra too, and '.[eval]' the evaluation's. Written by `python -m
+# chariot_support.deps lock` (or `add`), with the image's Python; do not edit by hand.
 """
 
 
@@ -92,12 +92,14 @@ def read_pins(constraints: Path) -> dict[str, str]:
 
 
 def lock(engine: Path, *, python: str = sys.executable, release: Iterable[str] = ()) -> dict[str, str]:
-    """Resolve the engine (with its test extra) into a fresh environment and write constraints.txt, holding every
+    """Resolve the engine (with every extra) into a fresh environment and write constraints.txt, holding every
     version it already pins but those of the packages in `release`. Returns the new pins."""
     constraints = engine / "constraints.txt"
     old = read_pins(constraints)
     released = {_name(r) for r in release}
-    project = tomllib.loads((engine / "pyproject.toml").read_text())["project"]["name"]
+    project = tomllib.loads((engine / "pyproject.toml").read_text())["project"]
+    extras = ",".join(sorted(project.get("optional-dependencies", {})))
+    wanted = f"{engine}[{extras}]" if extras else str(engine)
     with tempfile.TemporaryDirectory(prefix="lock-") as folder:
         venv = Path(folder) / "venv"
         pip = [str(venv / "bin" / "python"), "-m", "pip", "--disable-pip-version-check", "--quiet"]
@@ -107,13 +109,15 @@ def lock(engine: Path, *, python: str = sys.executable, release: Iterable[str] =
         held = Path(folder) / "held.txt"
         held.write_text("\n".join(pin for name, pin in old.items() if name not in released) + "\n")
         # Not --quiet: pip says which requirements conflict at its info level.
-        _run([*pip[:-1], "install", "-c", str(held), f"{engine}[test]"], "install the engine with those pins")
+        _run([*pip[:-1], "install", "-c", str(held), wanted], "install the engine with those pins")
         check = subprocess.run(
             [str(venv / "bin" / "python"), "-m", "chariot_support.deps", "check"], capture_output=True, text=True
         )
         if check.returncode != 0:
             raise SystemExit(check.stderr.strip() or check.stdout.strip())
-        frozen = _run([*pip, "freeze", "--all", "--exclude", "pip", "--exclude", project], "list what was installed")
+        frozen = _run(
+            [*pip, "freeze", "--all", "--exclude", "pip", "--exclude", project["name"]], "list what was installed"
+        )
     new = {_name(line): line.strip() for line in frozen.splitlines() if "==" in line}
     constraints.write_text(HEADER + "\n".join(new[name] for name in sorted(new)) + "\n")
     return new

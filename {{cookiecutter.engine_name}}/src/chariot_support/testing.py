@@ -149,18 +149,52 @@ def chariot_metadata(**extended: Any) -> str:
 
 
 def grpc_request(body: dict, model_name: str, *, raw: bool = False):
-    """The gRPC ModelInferRequest carrying the same Chariot request as the REST `body` (see
-    `server.grpc_infer_request`)."""
-    from .server import grpc_infer_request
+    """The gRPC ModelInferRequest carrying the same Chariot request as the REST `body`. gRPC parameters hold no
+    lists, so list values (prompts) travel JSON-encoded, and BYTES strings travel as their bytes; with `raw`,
+    tensor data goes in raw_input_contents. A parameter gRPC cannot hold (an object, null) is a TypeError."""
 
-    return grpc_infer_request(body, model_name, raw=raw)
+    def parameter(key: str, value: Any):
+        # MLServer's gRPC schema has no double parameter: a number with a fraction travels as its decimal string.
+        if isinstance(value, list):
+            value = json.dumps(value)
+        elif isinstance(value, float):
+            value = repr(value)
+        kinds = ((bool, "bool_param"), (int, "int64_param"), (str, "string_param"))
+        for kind, field in kinds:
+            if isinstance(value, kind):
+                return pb.InferParameter(**{field: value})
+        raise TypeError(f"gRPC parameters cannot hold {key}={value!r}")
+
+    def fill(target, parameters: dict | None) -> None:
+        for key, value in (parameters or {}).items():
+            target[key].CopyFrom(parameter(key, value))
+
+    def tensor(t: dict) -> dict:
+        data = t.get("data")
+        if t.get("datatype") == "BYTES" and isinstance(data, list):
+            data = [d.encode() if isinstance(d, str) else d for d in data]
+        return {**{k: v for k, v in t.items() if k != "parameters"}, "data": data}
+
+    from mlserver.grpc import dataplane_pb2 as pb
+    from mlserver.grpc.converters import ModelInferRequestConverter
+    from mlserver.types import InferenceRequest
+
+    plain = {k: v for k, v in body.items() if k != "parameters" and v is not None}
+    request = InferenceRequest.model_validate({**plain, "inputs": [tensor(t) for t in body["inputs"]]})
+    message = ModelInferRequestConverter.from_types(request, model_name=model_name, use_raw=raw)
+    # MLServer's converter drops float parameters; all are filled in here.
+    fill(message.parameters, body.get("parameters"))
+    for sent, original in zip(message.inputs, body["inputs"], strict=True):
+        fill(sent.parameters, original.get("parameters"))
+    return message
 
 
 def grpc_results(response) -> dict[str, list]:
     """Each output's result list from a gRPC ModelInferResponse, whichever field carries the bytes."""
-    from .server import grpc_infer_results
+    from mlserver.grpc.converters import ModelInferResponseConverter
 
-    return grpc_infer_results(response)
+    answer = ModelInferResponseConverter.to_types(response)
+    return {output.name: json.loads(output.data.root[0]) for output in answer.outputs}
 
 
 def expect_error(call, error_type: type[ChariotError], *fragments: str) -> str:

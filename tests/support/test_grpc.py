@@ -193,7 +193,7 @@ def test_repository_index_unload_and_load_on_both_transports(small_engine, model
 
     assert requests.post(f"{engine.url}/v2/repository/models/m-deployed/unload", timeout=30).status_code == 200
     assert not stub.ServerReady(pb.ServerReadyRequest()).ready
-    assert requests.get(f"{engine.url}/v2/health/ready", timeout=5).status_code == 400
+    assert requests.get(f"{engine.url}/v2/health/ready", timeout=5).status_code == 503
     unloaded = rest(engine, "m-deployed", body)
     assert unloaded.status_code == 404 and "not loaded" in unloaded.json()["error"]
     assert grpc_error(lambda: stub.ModelInfer(grpc_request(body, "m-deployed"))).code() == grpc.StatusCode.NOT_FOUND

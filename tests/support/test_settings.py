@@ -95,5 +95,6 @@ def test_the_readme_names_the_mlserver_variables_that_change_the_engine():
         "MLSERVER_CACHE_ENABLED",
         "MLSERVER_GRPC_MAX_MESSAGE_LENGTH",
         "MLSERVER_PARALLEL_WORKERS",
+        "MLSERVER_LOGGING_SETTINGS",
     ):
         assert f"`{name}" in table, f"{name} is not in the engine README's table of variables"

@@ -12,6 +12,9 @@ class FaultyModel(ChariotModel):
     # Both locking regimes must survive a hung predict; the tests start one engine of each.
     thread_safe = os.environ.get("FAULTY_THREAD_SAFE") == "1"
 
+    def load(self, model_dir):
+        time.sleep(float(os.environ.get("FAULTY_LOAD_SECONDS", "0")))  # a model that takes its time to load
+
     def predict(self, images, tensors):
         parameters = images[0].parameters
         fault = parameters.get("fault")

@@ -16,16 +16,22 @@ Each image keeps its own name, pixels, action, score_threshold, prompts and para
 them to each image's results after predict, as without batching. If predict raises or returns an invalid result,
 every request of that batch gets the error. A request whose CHARIOT_PREDICT_TIMEOUT runs out while it waits gets
 its 504, and its images are not predicted if its batch has not started yet.
+
+Prometheus (the metrics port, 8082) counts what batching does: `chariot_batch_size`, the images of each predict call
+it makes, and `chariot_batch_wait_seconds`, how long each request waited for its batch to go to the model.
 """
 
 from __future__ import annotations
 
 import copy
+import functools
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
+
+from prometheus_client import Histogram
 
 from .errors import PredictTimeout
 from .settings import EngineSettings
@@ -48,6 +54,23 @@ class BatchSettings:
     max_wait: float  # seconds
 
 
+@functools.cache
+def _metrics() -> tuple[Histogram, Histogram]:
+    """The batch-size and queue-wait histograms, made on first use: by then MLServer has set Prometheus up for its
+    parallel workers, whose values it collects from files."""
+    sizes = Histogram(
+        "chariot_batch_size",
+        "Images in each predict call made by batching across requests",
+        buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256),
+    )
+    waits = Histogram(
+        "chariot_batch_wait_seconds",
+        "Seconds a request waited for its batch to go to the model",
+        buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+    )
+    return sizes, waits
+
+
 def batch_settings(settings: EngineSettings) -> BatchSettings | None:
     """The batching the engine's settings ask for; None when it is off (CHARIOT_MAX_BATCH_SIZE 1, the default)."""
     if settings.max_batch_size <= 1:
@@ -65,6 +88,7 @@ class _Entry:
     results: list[Any] | None = None
     error: BaseException | None = None
     taken: bool = False  # its images went into predict
+    joined: float = field(default_factory=time.monotonic)
     gone: bool = False  # its request timed out before they did
 
     def outcome(self) -> list[Any]:
@@ -104,12 +128,13 @@ class Batcher:
         self._predicting: dict[_Batch, float] = {}  # each batch in predict, and its last request's deadline
         self._gathering: _Batch | None = None
         self._stopped = False
+        self._sizes, self._waits = _metrics()
 
     def predict(self, images: Sequence[Any], call: Any) -> list[Any]:
         """One checked result list per image of one request, from a predict call it may share with others."""
         entry = _Entry(list(images), call)
         if len(entry.images) >= self.max_size:  # a batch of its own
-            return list(self._predict(entry.images, [call]))
+            return self._alone(entry)
         with self._lock:
             if self._stopped:
                 batch = None
@@ -126,7 +151,7 @@ class Batcher:
                 if batch.images >= self.max_size:
                     self._close(batch)
         if batch is None:
-            return list(self._predict(entry.images, [call]))
+            return self._alone(entry)
         if leads:
             self._lead(batch, entry)
         else:
@@ -206,9 +231,18 @@ class Batcher:
             live.append(member)
         return live
 
+    def _alone(self, entry: _Entry) -> list[Any]:
+        self._sizes.observe(len(entry.images))
+        self._waits.observe(0)
+        return list(self._predict(entry.images, [entry.call]))
+
     def _run(self, live: list[_Entry]) -> None:
         """Predict the images of `live` in one call, and hand each request its results, or the error."""
         images = [image for member in live for image in member.images]
+        now = time.monotonic()
+        self._sizes.observe(len(images))
+        for member in live:
+            self._waits.observe(now - member.joined)
         try:
             results = list(self._predict(images, [member.call for member in live]))
             if len(results) != len(images):

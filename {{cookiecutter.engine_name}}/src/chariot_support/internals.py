@@ -95,6 +95,7 @@ class EngineServer(MLServer):
     grpc_servicer: type = InferenceServicer
     grpc_grace: float = 5.0
     predict_timeout: float = 60.0
+    stopping = False  # set by the first stop
 
     def engine_parts(self, data_plane: DataPlane, model_registry) -> tuple[Any, Any, Any]:
         raise NotImplementedError
@@ -139,6 +140,11 @@ class EngineServer(MLServer):
             raise ModelLoadFailed(str(unwrap_worker_error(failures[0]))) from failures[0]
 
     async def stop(self, sig: int | None = None) -> None:
+        # Once is enough. uvicorn (0.29 and later) catches the signals itself while its servers run, and raises each
+        # again when they have shut down, which MLServer's handler answers with another stop: three in all.
+        if self.stopping:
+            return
+        self.stopping = True
         if getattr(self._data_plane, "workers", None) is not None:
             self._data_plane.workers.closing = True  # workers that exit now are leaving, not dying
         await super().stop(sig)

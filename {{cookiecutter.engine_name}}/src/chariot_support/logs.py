@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import logging
 import re
-import sys
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -52,27 +51,29 @@ def log_level() -> int:
     return logging.getLevelName(config().log_level)
 
 
-def configure_logging() -> None:
-    """Send the engine's records to stdout as JSON lines at CHARIOT_LOG_LEVEL, and format MLServer's the same way.
+def logging_config(*, mlserver_debug: bool = False) -> dict[str, Any]:
+    """The engine's logging, for `logging.config.dictConfig`: its own records, MLServer's and uvicorn's, one JSON
+    object per line on stdout at CHARIOT_LOG_LEVEL (MLServer's at DEBUG when MLSERVER_DEBUG asks for it).
 
-    Call it after MLServer has set up its own logger (MLServer's constructor does), so that its handler exists.
-    """
-    level = log_level()
-    formatter = JSONLines()
-    engine = logging.getLogger("chariot_support")
-    handler = next((h for h in engine.handlers if h.get_name() == HANDLER_NAME), None)
-    if handler is None:
-        handler = logging.StreamHandler(sys.stdout)
-        handler.set_name(HANDLER_NAME)
-        engine.addHandler(handler)
-    handler.setFormatter(formatter)
-    engine.setLevel(level)
-    engine.propagate = False  # the root logger's last-resort handler would print them a second time
-    mlserver_logger = logging.getLogger("mlserver")
-    for existing in mlserver_logger.handlers:
-        existing.setFormatter(formatter)
-    if mlserver_logger.level != logging.DEBUG:  # MLSERVER_DEBUG asked for MLServer's debug output: keep it
-        mlserver_logger.setLevel(level)
+    The engine hands it to MLServer as `logging_settings`, which MLServer applies in each parallel worker and
+    passes to uvicorn as its log configuration: every process of the engine writes the same lines."""
+    level = logging.getLevelName(log_level())
+    own = {"handlers": [HANDLER_NAME], "level": level, "propagate": False}
+    return {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "formatters": {"json_lines": {"()": f"{__name__}.JSONLines"}},
+        "handlers": {
+            HANDLER_NAME: {"class": "logging.StreamHandler", "stream": "ext://sys.stdout", "formatter": "json_lines"}
+        },
+        "loggers": {
+            "chariot_support": own,
+            "mlserver": {**own, "level": "DEBUG" if mlserver_debug else level},
+            "uvicorn": own,
+            "uvicorn.error": {"handlers": [], "level": level, "propagate": True},  # written by "uvicorn"'s handler
+            "uvicorn.access": own,
+        },
+    }
 
 
 def log_request(

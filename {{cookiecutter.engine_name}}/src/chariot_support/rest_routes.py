@@ -6,7 +6,7 @@ import logging
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from mlserver.settings import Settings
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -19,6 +19,11 @@ from .settings import config
 from .traffic import BodyLimit, BodyShape, Framing, JSONBodies, ShortErrors
 
 logger = logging.getLogger("chariot_support")
+
+NOT_READY = (
+    "the model is not ready: it is still loading, or stuck in a predict that overran CHARIOT_PREDICT_TIMEOUT;"
+    " retry later"
+)
 
 
 def _error(status_code: int, message: str) -> JSONResponse:
@@ -49,10 +54,12 @@ def install_chariot_routes(
     # another way.
     app.router.routes[:] = [r for r in app.router.routes if not _infers(r)]
 
+    # Not ready is the engine's state, not the client's mistake: a 503 (with Retry-After, from Framing), on every
+    # readiness route.
     async def ready() -> JSONResponse:
         if await data_plane.ready():
             return JSONResponse({"status": "ready"})
-        return _error(503, "the model is not loaded, or is stuck in a predict that overran CHARIOT_PREDICT_TIMEOUT")
+        return _error(503, NOT_READY)
 
     # KServe's clients read the health answers' bodies; MLServer's are empty.
     async def health_live() -> JSONResponse:
@@ -60,8 +67,14 @@ def install_chariot_routes(
         return JSONResponse({"live": live}, status_code=200 if live else 400)
 
     async def health_ready() -> JSONResponse:
-        ready = await data_plane.ready()
-        return JSONResponse({"ready": ready}, status_code=200 if ready else 400)
+        if await data_plane.ready():
+            return JSONResponse({"ready": True})
+        return JSONResponse({"ready": False, "error": NOT_READY}, status_code=503)
+
+    async def model_ready(model_name: str, model_version: str | None = None) -> Response:
+        if await data_plane.model_ready(model_name, model_version):
+            return Response(status_code=200)
+        return _error(503, NOT_READY)
 
     async def infer_stream(model_name: str, model_version: str | None = None) -> JSONResponse:
         # MLServer would answer 200 and then fail inside the stream; the engine says so before anything is sent.
@@ -69,7 +82,8 @@ def install_chariot_routes(
             await data_plane.model_registry.get_model(resolved, model_version)
         raise DoesNotStream()
 
-    replaced = ("/v2/health/live", "/v2/health/ready")
+    model_ready_paths = ("/v2/models/{model_name}/ready", "/v2/models/{model_name}/versions/{model_version}/ready")
+    replaced = ("/v2/health/live", "/v2/health/ready", *model_ready_paths)
     app.router.routes[:] = [
         r
         for r in app.router.routes
@@ -82,6 +96,8 @@ def install_chariot_routes(
         app.add_api_route(path, infer_stream, methods=["POST"])
     app.add_api_route("/v2/health/live", health_live, methods=["GET"])
     app.add_api_route("/v2/health/ready", health_ready, methods=["GET"])
+    for path in model_ready_paths:
+        app.add_api_route(path, model_ready, methods=["GET"])
     app.add_api_route("/ready", ready, methods=["GET"])
 
     limits = engine_limits()

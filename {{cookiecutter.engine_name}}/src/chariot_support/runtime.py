@@ -24,7 +24,7 @@ from mlserver.types import InferenceRequest, InferenceResponse
 from . import v2
 from .admission import MemoryBudget, Overloaded, StuckThreads
 from .base import ChariotModel
-from .batching import Batcher, batch_settings
+from .batching import Batcher, BatchSettings, batch_settings
 from .copies import ModelCopies, copies_wanted, threads_per_call
 from .decoding import Image, ImageInput, Limits, ParsedRequest, Request, decode_image, parse_request
 from .errors import ChariotError, InvalidResult, ModelBusy, ModelLoadFailed, PredictFailed, PredictTimeout
@@ -160,6 +160,41 @@ class _Workers:
             self._jobs.put(None)
 
 
+@dataclass(frozen=True)
+class ServingPlan:
+    """How the engine's settings have a model class served, worked out in one place: the runtime loads and runs the
+    model so, and the engine states it in its start-up log line."""
+
+    threads: int  # CHARIOT_THREADS: the threads that decode images and run predict
+    copies: int
+    thread_safe: bool
+    inline: bool  # CHARIOT_PREDICT_INLINE
+    batching: BatchSettings | None
+
+    @classmethod
+    def of(cls, model_class: type[ChariotModel]) -> ServingPlan:
+        settings = config()
+        return cls(
+            threads=settings.threads,
+            copies=copies_wanted(model_class, settings.threads, settings.model_copies),
+            thread_safe=model_class.thread_safe,
+            inline=settings.predict_inline,
+            batching=batch_settings(settings),
+        )
+
+    @property
+    def calls_at_once(self) -> int:
+        """Predicts that may run at once: one per thread for a thread-safe model, one per copy otherwise."""
+        return 1 if self.inline else self.threads if self.thread_safe else self.copies
+
+    @property
+    def pool_threads(self) -> int:
+        # Decoding and most predict work release the GIL, so threads keep both cores busy. Requests waiting for
+        # their batch hold a thread each, doing nothing: room for one batch in predict and the next gathering.
+        waiting = 2 * self.batching.max_size if self.batching is not None else 0
+        return 0 if self.inline else self.threads + waiting
+
+
 class ChariotRuntime(MLModel):
     """Loads the author's ChariotModel and answers inference requests with it."""
 
@@ -171,10 +206,8 @@ class ChariotRuntime(MLModel):
         model_class = import_model_class(extra["model_class"])
         self._task = model_class.task_type
         self._limits = engine_limits()
-        threads = config().threads
-        self._inline = config().predict_inline
-        batching = batch_settings(config())
-        count = copies_wanted(model_class, threads, config().model_copies)
+        plan = ServingPlan.of(model_class)
+        self._inline = plan.inline
         model_dir = config().model_dir
         if not model_dir.is_dir():
             logger.warning(
@@ -186,11 +219,9 @@ class ChariotRuntime(MLModel):
         # spins for work and costs CPU per call. Set before load, so a model that wants it back can have it.
         cv2.setNumThreads(1)
         instances = []
-        for _ in range(count):  # one after another: copies of a large model never all load at once
+        for _ in range(plan.copies):  # one after another: copies of a large model never all load at once
             instance = model_class()
-            # Predicts that run at once share the cores: a thread-safe model may run one per worker thread.
-            calls = 1 if self._inline else threads if model_class.thread_safe else count
-            instance.threads = threads_per_call(threads, calls)
+            instance.threads = threads_per_call(plan.threads, plan.calls_at_once)  # predicts at once share the cores
             try:
                 await asyncio.to_thread(instance.load, model_dir)
             except Exception as exc:
@@ -199,19 +230,18 @@ class ChariotRuntime(MLModel):
                 raise ModelLoadFailed(message) from None
             instances.append(instance)
         self._copies = ModelCopies(instances, shared=model_class.thread_safe)
-        if batching is not None:
+        if plan.batching is not None:
             self._batcher = Batcher(
-                lambda images, calls: self._predict(images, {}, calls), parallel=self._copies.count, **vars(batching)
+                lambda images, calls: self._predict(images, {}, calls),
+                parallel=self._copies.count,
+                **vars(plan.batching),
             )
-        # Decoding and most predict work release the GIL, so threads keep both cores busy. Requests waiting for
-        # their batch hold a thread each, doing nothing: room for one batch in predict and the next gathering.
-        extra = 2 * batching.max_size if batching is not None else 0
-        self._workers = _Workers(0 if self._inline else threads + extra, StuckThreads(config().max_stuck_threads))
+        self._workers = _Workers(plan.pool_threads, StuckThreads(config().max_stuck_threads))
         self._budget = MemoryBudget(config(), self._limits)
         self._timeout = config().predict_timeout
         self._state_lock = threading.Lock()  # orders the timeout's view of a call against the call finishing
         where = f"from {model_dir}" if model_dir.is_dir() else f"without files ({model_dir} does not exist)"
-        copies = "" if model_class.thread_safe else f", {count} cop{'y' if count == 1 else 'ies'}"
+        copies = "" if plan.thread_safe else f", {plan.copies} cop{'y' if plan.copies == 1 else 'ies'}"
         logger.info("loaded %s (%s%s) %s", model_class.__name__, self._task.value, copies, where)
         if self._inline:
             logger.warning(

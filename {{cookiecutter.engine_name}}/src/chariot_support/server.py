@@ -26,8 +26,9 @@ from .internals import (
     set_uvicorn_options,
 )
 from .legacy import install_legacy_routes
-from .logs import configure_logging
+from .logs import logging_config
 from .rest_routes import install_chariot_routes
+from .runtime import ServingPlan
 from .settings import config
 from .workers import WorkerWatch
 
@@ -58,6 +59,9 @@ def engine_settings() -> Settings:
     }
     overrides = {k: v for k, v in defaults.items() if f"MLSERVER_{k.upper()}" not in os.environ}
     settings = Settings(**overrides)
+    if "MLSERVER_LOGGING_SETTINGS" not in os.environ:
+        # MLServer applies it here, in each parallel worker, and to uvicorn's loggers: JSON lines from every process.
+        settings.logging_settings = logging_config(mlserver_debug=settings.debug)
     if settings.cache_enabled:
         raise ValueError(
             "MLSERVER_CACHE_ENABLED is not supported by this engine: each request is answered by the model; unset it"
@@ -156,12 +160,58 @@ def close_api_pages(app: FastAPI, metrics_app: FastAPI | None) -> None:
             each.router.routes[:] = [r for r in each.router.routes if served(getattr(r, "path", ""))]
 
 
+def log_settings(settings: Settings, plan: ServingPlan) -> None:
+    """One line saying how the engine serves, as its settings and the model's class work out: processes, threads,
+    copies, batching and limits, in words and, for log tools, as the `settings` field."""
+    engine = config()
+    batching = plan.batching
+    fields = {
+        "workers": settings.parallel_workers,
+        "threads": plan.threads,
+        "copies": plan.copies,
+        "thread_safe": plan.thread_safe,
+        "predict_inline": plan.inline,
+        "max_batch_size": batching.max_size if batching else 1,
+        "max_batch_wait_ms": batching.max_wait * 1000 if batching else None,
+        "predict_timeout_s": engine.predict_timeout,
+        "max_request_mb": engine.max_request_mb,
+        "max_inputs": engine.max_inputs,
+        "max_image_pixels": engine.max_image_pixels,
+        "max_request_pixels": engine.max_request_pixels,
+        "max_connections": engine.max_connections,
+        "body_budget_mb": engine.body_budget_mb,
+        "decode_budget_mb": engine.decode_budget_mb,
+    }
+    processes = f"{settings.parallel_workers} worker processes, each" if settings.parallel_workers else "one process"
+    model = "one thread-safe model" if plan.thread_safe else f"{plan.copies} cop{'y' if plan.copies == 1 else 'ies'}"
+    if plan.inline:
+        model += ", predicting inline on the event loop"
+    gathered = (
+        f"batches of up to {batching.max_size} images within {batching.max_wait * 1000:g} ms"
+        if batching
+        else "no batching"
+    )
+    logger.info(
+        "settings: %s with %d threads and %s; %s; predict timeout %g s; requests up to %d MiB and %d inputs, images"
+        " up to %s pixels; %d connections at most",
+        processes,
+        plan.threads,
+        model,
+        gathered,
+        engine.predict_timeout,
+        engine.max_request_mb,
+        engine.max_inputs,
+        f"{engine.max_image_pixels:,}",
+        engine.max_connections,
+        extra={"fields": {"settings": fields}},
+    )
+
+
 async def _serve(model_class: type[ChariotModel], default_model_id: str) -> None:
     settings = engine_settings()
     model_id = model_id_from_env(default_model_id)
     model = model_settings(model_class, model_id)
     server = ChariotServer(settings, model=model, pinned=bool(config().model_id))
-    configure_logging()  # after MLServer's constructor has set up its logger, so that one is formatted too
     logger.info(
         "serving %s as %s on REST :%s and gRPC :%s",
         model_class.task_type.value,
@@ -169,6 +219,7 @@ async def _serve(model_class: type[ChariotModel], default_model_id: str) -> None
         settings.http_port,
         settings.grpc_port,
     )
+    log_settings(settings, ServingPlan.of(model_class))
     await server.start([model])
 
 

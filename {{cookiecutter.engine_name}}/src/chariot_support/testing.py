@@ -273,10 +273,13 @@ class EngineDidNotStart(RuntimeError):
         self.log = log
 
 
-def _ready(url: str) -> bool:
+def _ready(url: str, *, answering: bool = False) -> bool:
+    """Whether the engine at `url` is ready; with `answering`, whether its REST server answers at all."""
     try:
         with urllib.request.urlopen(f"{url}/v2/health/ready", timeout=2) as response:
             return response.status == 200
+    except urllib.error.HTTPError:
+        return answering  # it answers, not ready
     except (urllib.error.URLError, http.client.HTTPException, OSError):
         return False  # not listening yet, or something other than the engine's REST server answered
 
@@ -290,10 +293,12 @@ def run_engine(
     python: str = sys.executable,
     timeout: float = 90.0,
     args: Sequence[str] = (),
+    loading: bool = False,
     **popen: Any,
 ) -> Iterator[RunningEngine]:
-    """Start `python -m package *args` on free 127.0.0.1 ports, wait until it is ready, and stop it afterwards.
-    `popen` goes to subprocess.Popen (cwd, user, group...)."""
+    """Start `python -m package *args` on free 127.0.0.1 ports, wait until it is ready (with `loading`, only until
+    its REST server answers, while the model may still load), and stop it afterwards. `popen` goes to
+    subprocess.Popen (cwd, user, group...)."""
     ports = free_ports(3)
     environment = {
         **os.environ,
@@ -312,7 +317,7 @@ def run_engine(
     engine = RunningEngine(process, *ports, Path(log_file.name))
     try:
         deadline = time.monotonic() + timeout
-        while not _ready(engine.url):
+        while not _ready(engine.url, answering=loading):
             if not engine.alive() or time.monotonic() > deadline:
                 log = engine.log()
                 raise EngineDidNotStart(f"engine {package} did not become ready; its log:\n{log[-4000:]}", log)

@@ -1,0 +1,76 @@
+"""An engine as it starts and stops, over real sockets: while parallel workers load the model, readiness and inference
+answer 503 with Retry-After (the engine's state, not the client's mistake); every process writes one JSON object
+per line, uvicorn's own lines and the workers' included; one line states the effective settings; SIGTERM says once
+that it waits for gRPC calls in flight."""
+
+import json
+
+import numpy as np
+import requests
+from hostile import HERE, wait_until
+
+from chariot_support.testing import chariot_request, image_input, run_demo_engine, run_engine
+
+PIXELS = np.zeros((32, 48, 3), np.uint8)
+WORKERS = 2
+GRPC_WAIT = "for gRPC calls in flight"
+
+
+def json_lines(log: str) -> list[dict]:
+    """Every line of the engine's log as a JSON object; a line that is not one fails the test, naming it."""
+    lines = []
+    for line in log.splitlines():
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            raise AssertionError(f"a log line that is not JSON: {line!r}") from None
+        assert isinstance(entry, dict), line
+        lines.append(entry)
+    return lines
+
+
+def settings_line(entries: list[dict]) -> dict:
+    (line,) = [e for e in entries if e["message"].startswith("settings: ")]
+    return line
+
+
+def test_while_workers_load_the_engine_answers_503_with_retry_after_and_every_process_logs_json():
+    env = {"MLSERVER_PARALLEL_WORKERS": str(WORKERS), "FAULTY_LOAD_SECONDS": "8", "CHARIOT_THREADS": "2"}
+    with run_engine("faulty_engine", src=HERE, env=env, loading=True) as engine:
+        health = requests.get(f"{engine.url}/v2/health/ready", timeout=5)
+        root = requests.get(f"{engine.url}/ready", timeout=5)
+        model = requests.get(f"{engine.url}/v2/models/m-faulty/ready", timeout=5)
+        body = chariot_request(image_input("image", PIXELS))
+        infer = requests.post(f"{engine.url}/v2/models/m-faulty/infer", data=json.dumps(body), timeout=30)
+        assert "loaded FaultyModel" not in engine.log(), "the model loaded before the checks: they saw nothing"
+        for reply in (health, root, model, infer):
+            assert reply.status_code == 503, (reply.request.url, reply.status_code, reply.text)
+            assert reply.headers.get("retry-after"), f"{reply.request.url}: a 503 without Retry-After"
+            assert "retry" in reply.json()["error"], reply.text
+        assert health.json()["ready"] is False
+        unknown = requests.get(f"{engine.url}/v2/models/m-faulty/versions/7/ready", timeout=5)
+        assert unknown.status_code == 404, "a version the engine does not serve stays a 404"
+
+        assert wait_until(lambda: requests.get(f"{engine.url}/v2/health/ready", timeout=5).status_code == 200, 60)
+        assert requests.get(f"{engine.url}/v2/models/m-faulty/ready", timeout=5).status_code == 200
+        served = requests.post(f"{engine.url}/v2/models/m-faulty/infer", data=json.dumps(body), timeout=30)
+        assert served.status_code == 200, served.text
+        engine.wait_for_log("loaded FaultyModel")
+    entries = json_lines(engine.log())
+    messages = [e["message"] for e in entries]
+    loaded = [e for e in entries if e["message"].startswith("loaded FaultyModel")]
+    assert len(loaded) == WORKERS, f"each worker says where it loaded the model from: {messages}"
+    assert all(e["model"] == "m-faulty" for e in loaded)
+    assert sum(m.startswith("Started server process") for m in messages) >= 1, "uvicorn's own lines are JSON too"
+    assert settings_line(entries)["settings"]["workers"] == WORKERS
+    assert sum(GRPC_WAIT in m for m in messages) == 1, [m for m in messages if GRPC_WAIT in m]
+
+
+def test_sigterm_says_once_that_it_waits_for_grpc_calls():
+    with run_demo_engine("Object Detection") as engine:
+        pass
+    entries = json_lines(engine.log())
+    assert [e["message"] for e in entries if GRPC_WAIT in e["message"]] == [
+        "waiting up to 30 s for gRPC calls in flight"
+    ]
+    assert engine.process.returncode == 0

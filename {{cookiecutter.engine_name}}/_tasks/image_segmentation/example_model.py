@@ -12,9 +12,8 @@ from pathlib import Path
 
 import cv2
 import numpy as np
-import onnxruntime
 
-from chariot_support import ChariotModel, Image, Segmentation, TaskType, read_labels
+from chariot_support import ChariotModel, Image, Segmentation, TaskType, onnx_session, read_labels
 
 
 class Model(ChariotModel):
@@ -22,11 +21,7 @@ class Model(ChariotModel):
     thread_safe = True  # an ONNX Runtime session may run several requests at once
 
     def load(self, model_dir: Path) -> None:
-        options = onnxruntime.SessionOptions()
-        options.intra_op_num_threads = self.threads  # this predict's share of the cores
-        available = onnxruntime.get_available_providers()
-        providers = [p for p in ("CUDAExecutionProvider", "CPUExecutionProvider") if p in available]
-        self.session = onnxruntime.InferenceSession(str(model_dir / "model.onnx"), options, providers=providers)
+        self.session = onnx_session(model_dir / "model.onnx", self.threads)  # on the GPU when there is one
         self.labels = read_labels(model_dir)
         model_input = self.session.get_inputs()[0]
         self.input_name = model_input.name

@@ -15,9 +15,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
-import onnxruntime
 
-from chariot_support import ChariotModel, Detection, Image, TaskType, corners, letterbox, nms, read_labels
+from chariot_support import ChariotModel, Detection, Image, TaskType, corners, letterbox, nms, onnx_session, read_labels
 
 # Candidates scoring under this are dropped before suppression, however low the request's score_threshold: a YOLO
 # head scores thousands of candidates, nearly all near 0, and suppressing them all would take longer than the model.
@@ -31,11 +30,7 @@ class Model(ChariotModel):
     thread_safe = True  # an ONNX Runtime session may run several requests at once
 
     def load(self, model_dir: Path) -> None:
-        options = onnxruntime.SessionOptions()
-        options.intra_op_num_threads = self.threads  # this predict's share of the cores
-        available = onnxruntime.get_available_providers()
-        providers = [p for p in ("CUDAExecutionProvider", "CPUExecutionProvider") if p in available]
-        self.session = onnxruntime.InferenceSession(str(model_dir / "model.onnx"), options, providers=providers)
+        self.session = onnx_session(model_dir / "model.onnx", self.threads)  # on the GPU when there is one
         model_input = self.session.get_inputs()[0]
         self.input_name = model_input.name
         self.height, self.width = model_input.shape[2:]  # the size the model was exported for (640 x 640)

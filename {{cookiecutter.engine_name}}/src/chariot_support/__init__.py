@@ -22,6 +22,7 @@ _EXPORTS = {
     "corners": ".detectors",
     "letterbox": ".detectors",
     "nms": ".detectors",
+    "onnx_session": ".onnx_session",
     "read_labels": ".labels",
     "sigmoid": ".detectors",
     "softmax": ".detectors",
@@ -41,6 +42,7 @@ __all__ = [
     "corners",
     "letterbox",
     "nms",
+    "onnx_session",
     "read_labels",
     "sigmoid",
     "softmax",
@@ -65,6 +67,7 @@ if TYPE_CHECKING:
     from .detectors import Letterbox, corners, letterbox, nms, sigmoid, softmax
     from .errors import BadRequest
     from .labels import read_labels
+    from .onnx_session import onnx_session
     from .tasks import (
         Classification,
         Detection,

@@ -4,7 +4,10 @@ memory budgets, and the threads that predicts past CHARIOT_PREDICT_TIMEOUT keep.
 from __future__ import annotations
 
 import asyncio
+import ctypes
+import ctypes.util
 import functools
+import gc
 import logging
 import threading
 import time
@@ -164,6 +167,8 @@ class BodyBudget:
 
     def release(self, size: int) -> None:
         self.used -= size
+        if size >= RECLAIM_AFTER_BYTES:
+            _reclaim_soon()
         if self._room is not None:
             room = self._room
 
@@ -172,6 +177,44 @@ class BodyBudget:
                     room.notify_all()
 
             asyncio.get_running_loop().create_task(wake())
+
+
+# A body this large leaves its copies (message, parsed request, decoded inputs) behind in reference cycles that
+# Python's collector, which counts objects rather than bytes, may not visit for many requests; and glibc keeps
+# freed heap pages. Ten 60 MiB gRPC calls left 3.4 GB held after they were answered.
+RECLAIM_AFTER_BYTES = 8 << 20
+RECLAIM_DELAY = 0.2  # seconds: one collection after a burst of large requests, not one each
+
+
+def reclaim_memory() -> None:
+    """Collect reference cycles and hand freed heap pages back to the system (glibc's malloc_trim)."""
+    gc.collect()
+    if _LIBC is not None:
+        _LIBC.malloc_trim(0)
+
+
+def _load_libc():
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+    except OSError:
+        return None
+    return libc if hasattr(libc, "malloc_trim") else None  # musl and macOS have none
+
+
+_LIBC = _load_libc()
+_reclaiming: list[asyncio.TimerHandle] = []
+
+
+def _reclaim_soon() -> None:
+    if _reclaiming:
+        return
+    loop = asyncio.get_running_loop()
+
+    def run() -> None:
+        _reclaiming.clear()
+        reclaim_memory()
+
+    _reclaiming.append(loop.call_later(RECLAIM_DELAY, run))
 
 
 @functools.cache

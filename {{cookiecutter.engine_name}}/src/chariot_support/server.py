@@ -20,6 +20,7 @@ from .base import ChariotModel
 from .connections import MAX_HEAD_BYTES, IdleLimitedProtocol
 from .data_plane import ChariotDataPlane, ChariotRepositoryHandlers, EngineRepository
 from .errors import ModelLoadFailed
+from .grpc_limits import CallLimits
 from .grpc_service import ChariotInferenceServicer
 from .internals import (
     EngineServer,
@@ -34,6 +35,7 @@ from .workers import WorkerWatch
 logger = logging.getLogger("chariot_support")
 
 PROTOCOL = "chariot-v2-kserve"
+GRPC_DEFAULT_MESSAGE_BYTES = 4 << 20  # gRPC's own limit, when MLSERVER_GRPC_MAX_MESSAGE_LENGTH is unset
 
 # MLServer's own defaults that an engine changes; an MLSERVER_* environment variable still wins.
 ENGINE_DEFAULTS: dict[str, Any] = {
@@ -111,6 +113,12 @@ class ChariotServer(EngineServer):
         self.grpc_grace = config().grpc_grace
         self.predict_timeout = config().predict_timeout
         super().__init__(settings)
+
+    def grpc_limits(self, settings: Settings) -> tuple[CallLimits, list[tuple[str, Any]]]:
+        # A connection may open as many streams as the engine serves calls: a client with more waits on its side,
+        # and one that does not read its answers holds at most that many.
+        largest = settings.grpc_max_message_length or GRPC_DEFAULT_MESSAGE_BYTES
+        return CallLimits(config(), largest), [("grpc.max_concurrent_streams", config().grpc_max_calls)]
 
     def engine_parts(self, data_plane: DataPlane, model_registry: Any):
         model, pinned = self._chariot_model

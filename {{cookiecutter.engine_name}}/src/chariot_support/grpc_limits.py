@@ -21,6 +21,10 @@ logger = logging.getLogger("chariot_support")
 # Calls a probe or a client's discovery makes: small, answered at once, and never refused for load, so that
 # liveness answers while inference is at its limits.
 UNCOUNTED = frozenset({"ServerLive", "ServerReady", "ModelReady", "ServerMetadata", "ModelMetadata"})
+# What a ModelInfer call holds, in multiples of its message, and what the body budget counts for it: the message's
+# bytes, the request parsed from them, the inputs read from that, and their base64 decoding are alive together (a
+# 60 MiB call peaked at 7 times its size).
+MESSAGE_COPIES = 4
 LOG_EVERY = 10.0  # seconds: refusals past the first are summed into one line per interval
 
 
@@ -67,15 +71,17 @@ class RefusalLog:
 class CallLimits(aio.ServerInterceptor):
     """Serves each unary call as a stream of one message, which lets the engine act before that message is read and
     until its answer is sent: a call past CHARIOT_GRPC_MAX_CALLS is refused before its message is read (a slot is
-    free only once the answer is sent, so clients that do not read their answers hold at most that many); a message
-    is read only once the body budget has room for the largest allowed, then counted at its size until the call
-    ends; and it must arrive within CHARIOT_GRPC_READ_TIMEOUT. The client sees the same unary call on the wire."""
+    free only once the answer is sent, so clients that do not read their answers hold at most that many); the
+    message must arrive within CHARIOT_GRPC_READ_TIMEOUT, and is counted in the body budget until the call ends
+    (waiting briefly for room, else UNAVAILABLE). The client sees the same unary call on the wire."""
 
-    def __init__(self, settings: EngineSettings, max_message_bytes: int):
+    def __init__(self, settings: EngineSettings):
         self.max_calls = settings.grpc_max_calls
         self.read_timeout = settings.grpc_read_timeout
-        self.max_message_bytes = max_message_bytes
+        self.admission_wait = settings.admission_wait or 1e-9
         self.in_flight = 0
+        # As many messages read (or waiting for room in the body budget) at once as the budget holds of the largest.
+        self._reading = asyncio.Semaphore(max(1, settings.body_budget_mb // settings.max_request_mb))
         self.log = RefusalLog()
 
     async def intercept_service(self, continuation, handler_call_details):
@@ -101,28 +107,19 @@ class CallLimits(aio.ServerInterceptor):
         budget, held = body_budget(), 0
         try:
             if counted:
-                refusal = None
-                try:
-                    await budget.reserve(self.max_message_bytes)
-                    held = self.max_message_bytes
-                except Overloaded as full:
-                    refusal = str(full)
-                if refusal is not None:
-                    await self._refuse(context, "body_budget", grpc.StatusCode.UNAVAILABLE, refusal)
-            message = await self._read(context, name)
-            if held:
-                budget.release(held - len(message))
-                held = len(message)
+                message, held = await self._admit(context, name, budget)
+            else:
+                message = await self._read(context, name)
             request = self._parse(handler, name, message)
-            del message
             if request is None:
                 await self._refuse(
                     context,
                     "malformed",
                     grpc.StatusCode.INVALID_ARGUMENT,
-                    f"the request message ({held:,} bytes) could not be parsed as a {name}Request: send a serialized"
-                    f" inference.{name}Request, as a gRPC client generated from the service's .proto does",
+                    f"the request message ({len(message):,} bytes) could not be parsed as a {name}Request: send a"
+                    f" serialized inference.{name}Request, as a client generated from the service's .proto does",
                 )
+            del message
             response = await handler.unary_unary(request, context)
             del request
             await context.write(response)  # returns once the answer is on its way: the client reads it
@@ -130,6 +127,24 @@ class CallLimits(aio.ServerInterceptor):
             self.in_flight -= counted
             if held:
                 budget.release(held)
+
+    async def _admit(self, context, name: str, budget) -> tuple[bytes, int]:
+        """The call's message, read while few enough others are being read, and its room in the body budget."""
+        try:
+            await asyncio.wait_for(self._reading.acquire(), self.admission_wait)
+        except TimeoutError:
+            refusal = budget.full_message()
+        else:
+            try:  # gRPC buffers a message once it is read: a few at a time, then the budget counts each
+                message = await self._read(context, name)
+                cost = min(MESSAGE_COPIES * len(message), budget.capacity)
+                await budget.reserve(cost)
+                return message, cost
+            except Overloaded as full:
+                refusal = str(full)
+            finally:
+                self._reading.release()
+        await self._refuse(context, "body_budget", grpc.StatusCode.UNAVAILABLE, refusal)
 
     async def _read(self, context, name: str) -> bytes:
         timed_out = False

@@ -35,7 +35,7 @@ from .workers import WorkerWatch
 logger = logging.getLogger("chariot_support")
 
 PROTOCOL = "chariot-v2-kserve"
-GRPC_DEFAULT_MESSAGE_BYTES = 4 << 20  # gRPC's own limit, when MLSERVER_GRPC_MAX_MESSAGE_LENGTH is unset
+GRPC_WAITING_CALLS = 20_000
 
 # MLServer's own defaults that an engine changes; an MLSERVER_* environment variable still wins.
 ENGINE_DEFAULTS: dict[str, Any] = {
@@ -115,10 +115,13 @@ class ChariotServer(EngineServer):
         super().__init__(settings)
 
     def grpc_limits(self, settings: Settings) -> tuple[CallLimits, list[tuple[str, Any]]]:
-        # A connection may open as many streams as the engine serves calls: a client with more waits on its side,
-        # and one that does not read its answers holds at most that many.
-        largest = settings.grpc_max_message_length or GRPC_DEFAULT_MESSAGE_BYTES
-        return CallLimits(config(), largest), [("grpc.max_concurrent_streams", config().grpc_max_calls)]
+        # gRPC core cancels calls that arrive faster than the event loop takes them once 3,000 wait (5,000 calls at
+        # once: 2,100 CANCELLED, unlogged). Waiting calls cost only their headers; taken, those past
+        # CHARIOT_GRPC_MAX_CALLS are refused before their message is read, with a status that says why.
+        # A per-connection stream limit is not set: gRPC clients open their streams before they learn it, and
+        # the streams past it are reset (UNAVAILABLE, "Stream removed").
+        waiting = ("grpc.server.max_pending_requests", "grpc.server.max_pending_requests_hard_limit")
+        return CallLimits(config()), [(option, GRPC_WAITING_CALLS) for option in waiting]
 
     def engine_parts(self, data_plane: DataPlane, model_registry: Any):
         model, pinned = self._chariot_model

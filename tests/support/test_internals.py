@@ -97,12 +97,13 @@ def test_parallel_models_and_request_context_are_where_the_engine_reads_them():
     holds(model_name_var.get("") == "", "mlserver.context.model_name_var is no longer a context variable")
 
 
-def test_the_grpc_server_keeps_mlservers_interceptors_tracing_included(monkeypatch):
-    """The engine's gRPC server is MLServer's: with MLSERVER_TRACING_SERVER set, gRPC calls are traced as REST."""
+@pytest.fixture(scope="module")
+def built_server():
+    """An engine's server as MLServer builds it (tracing on), its gRPC server created; built once: MLServer
+    registers its metrics as it builds, and twice in one process is an error."""
     from chariot_support.demo import DEMO_MODELS
     from chariot_support.server import ChariotServer, engine_settings, model_settings
 
-    monkeypatch.setenv("MLSERVER_TRACING_SERVER", "127.0.0.1:4317")
     model_class = DEMO_MODELS[next(iter(DEMO_MODELS))]
 
     async def build():  # MLServer's constructor sets signal handlers on the running loop
@@ -110,10 +111,34 @@ def test_the_grpc_server_keeps_mlservers_interceptors_tracing_included(monkeypat
         built._grpc_server._create_server()
         return built
 
-    server = asyncio.run(build())
-    kinds = [type(i).__module__ for i in server._grpc_server._interceptors]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("MLSERVER_TRACING_SERVER", "127.0.0.1:4317")
+        return asyncio.run(build())
+
+
+def test_the_grpc_server_keeps_mlservers_interceptors_tracing_included(built_server):
+    """The engine's gRPC server is MLServer's: with MLSERVER_TRACING_SERVER set, gRPC calls are traced as REST."""
+    kinds = [type(i).__module__ for i in built_server._grpc_server._interceptors]
     assert any("opentelemetry" in kind for kind in kinds), kinds
-    assert type(server._grpc_server._inference_servicer).__name__ == "ChariotInferenceServicer"
+    assert type(built_server._grpc_server._inference_servicer).__name__ == "ChariotInferenceServicer"
+
+
+def test_the_grpc_server_builds_its_aio_server_by_the_name_the_engine_swaps(built_server):
+    """The engine's limits reach gRPC only if MLServer builds its server with `aio.server(...)` from its module."""
+    from mlserver.grpc.server import GRPCServer
+
+    from chariot_support.grpc_limits import CallLimits
+
+    holds(
+        isinstance(built_server._grpc_server.limits, CallLimits),
+        "GRPCServer._create_server no longer builds its server with mlserver.grpc.server's `aio.server(...)`, so the"
+        " engine's gRPC limits (CHARIOT_GRPC_MAX_CALLS, the body budget) are not installed",
+    )
+    create = inspect.getsource(GRPCServer._create_server)
+    holds(
+        "interceptors=" in create and "options=" in create,
+        "GRPCServer._create_server no longer passes interceptors= and options= to aio.server",
+    )
 
 
 def test_only_the_wiring_modules_import_mlserver():

@@ -66,8 +66,8 @@ class EngineSettings:
     max_batch_wait_ms: float = _setting("CHARIOT_MAX_BATCH_WAIT_MS", 5.0, minimum=0, above=True)
     # Seconds in-flight gRPC calls get to finish on SIGTERM.
     grpc_grace: float = _setting("CHARIOT_GRPC_GRACE", 30.0, minimum=0)
-    # gRPC: most calls served at once (health and metadata calls aside; more get RESOURCE_EXHAUSTED), which is also
-    # the most streams one connection may open; and seconds a call's request message may take to arrive.
+    # gRPC: most calls served at once, until their answer is sent (health and metadata calls aside; more get
+    # RESOURCE_EXHAUSTED), and seconds a call's request message may take to arrive.
     grpc_max_calls: int = _setting("CHARIOT_GRPC_MAX_CALLS", 64)
     grpc_read_timeout: float = _setting("CHARIOT_GRPC_READ_TIMEOUT", 10.0, minimum=0, above=True)
 

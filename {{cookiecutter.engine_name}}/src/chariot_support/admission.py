@@ -47,17 +47,20 @@ class MemoryBudget:
         self._room = threading.Condition()
 
     def cost(self, images: Sequence[ImageInput]) -> int:
-        """Decoded bytes of `images`, read from their headers alone; a 413 when they can never be served."""
-        pixels = 0
+        """What decoding `images` holds at its peak, read from their headers alone: their pixels, and a second copy
+        of the largest, which OpenCV decodes into a buffer of its own and then copies out. A 413 when they can
+        never be served."""
+        pixels = largest = 0
         for image in images:
             width, height, _ = image_header(image.encoded, f"input '{image.name}'", self._limits)
             pixels += width * height
+            largest = max(largest, width * height)
         if pixels > self._settings.max_request_pixels:
             raise TooLarge(
                 f"the request's images hold {pixels:,} pixels, more than this engine decodes for one request"
                 f" ({self._settings.max_request_pixels:,}, CHARIOT_MAX_REQUEST_PIXELS): send fewer or smaller images"
             )
-        cost = pixels * BYTES_PER_PIXEL
+        cost = (pixels + largest) * BYTES_PER_PIXEL
         if cost > self._capacity:
             raise TooLarge(
                 f"the request's images decode to {cost >> 20:,} MiB, more than this engine's decode budget"

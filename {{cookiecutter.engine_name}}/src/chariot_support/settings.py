@@ -48,7 +48,8 @@ class EngineSettings:
     max_request_pixels: int = _setting("CHARIOT_MAX_REQUEST_PIXELS", 200_000_000)
     # Bytes of all request bodies in flight (REST and gRPC), in MiB; a body that does not fit waits, then gets a 503.
     body_budget_mb: int = _setting("CHARIOT_BODY_BUDGET_MB", 256)
-    # Decoded bytes of all requests in flight, in MiB; a request that does not fit waits, then gets a 503.
+    # Decoded bytes of all requests in flight (with the working copy OpenCV makes while it decodes), in MiB; a request
+    # that does not fit waits, then gets a 503.
     decode_budget_mb: int = _setting("CHARIOT_DECODE_BUDGET_MB", 1024)
     # Seconds a request waits for room in the decode budget, or for a thread, before its 503.
     admission_wait: float = _setting("CHARIOT_ADMISSION_WAIT", 2.0, minimum=0)

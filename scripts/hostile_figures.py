@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "{{cookiecutter.engine_name}}" / "src"), str(ROOT / "tests" / "support")]
 os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [sys.path[0], os.environ.get("PYTHONPATH")]))
 
-from grpc_attacks import HealthProbe, RawCalls, call_all, call_in_threads, infer_message  # noqa: E402
+from grpc_attacks import RawCalls, call_all, call_in_threads, health_probes, infer_message  # noqa: E402
 from hostile import HERE, RSSGuard, peak_rss_mib, png_request, rss_mib, threads, wait_until  # noqa: E402
 from test_hostile_workers import children, serving_again  # noqa: E402
 
@@ -120,7 +120,7 @@ def grpc_attack(name: str, send) -> str:
     """Run `send(engine)` (which returns a Counter of gRPC answers) against a fresh engine with health probes."""
     with run_engine("faulty_engine", src=HERE) as engine:
         start = rss_mib(engine.process.pid)
-        with HealthProbe(engine) as probe, RSSGuard(engine.process, 6 * 1024) as guard:
+        with health_probes(engine) as probe, RSSGuard(engine.process, 6 * 1024) as guard:
             answers = send(engine)
         if guard.tripped:
             return f"| {name} | {GRPC_BEFORE[name]} | killed at 6 GiB | | | | |"

@@ -8,7 +8,10 @@ import socket
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 
 import grpc
 import h2.config
@@ -84,46 +87,51 @@ def call_in_threads(engine, messages, *, timeout: float = 120) -> Counter:
         return Counter(pool.map(one, messages))
 
 
-class HealthProbe:
-    """Asks for liveness every 0.1 s while the block runs, over REST and gRPC, each time from a new connection;
-    `worst` is the slowest answer in seconds (a failure counts as 60 s), `failures` what went wrong."""
+@dataclass
+class Health:
+    """What the probes saw: the slowest answer in seconds (a failure counts as 60 s), over which protocol, and
+    what went wrong."""
 
-    def __init__(self, engine):
-        self.engine = engine
-        self.worst = 0.0
-        self.slowest = ""
-        self.failures: list[str] = []
-        self._done = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
+    worst: float = 0.0
+    slowest: str = ""
+    failures: list[str] = field(default_factory=list)
 
-    def _run(self) -> None:
-        while not self._done.wait(0.1):
-            for name, probe in (("REST", self._rest), ("gRPC", self._grpc)):
+
+def rest_live(engine) -> None:
+    response = requests.get(f"{engine.url}/v2/health/live", timeout=10, headers={"Connection": "close"})
+    assert response.status_code == 200, response.status_code
+
+
+def grpc_live(engine) -> None:
+    with grpc.insecure_channel(engine.grpc_address) as channel:
+        assert GRPCInferenceServiceStub(channel).ServerLive(pb.ServerLiveRequest(), timeout=10).live
+
+
+@contextmanager
+def health_probes(engine) -> Iterator[Health]:
+    """Ask for liveness every 0.1 s while the block runs, over REST and gRPC, each time from a new connection."""
+    health, done = Health(), threading.Event()
+
+    def probe() -> None:
+        while not done.wait(0.1):
+            for name, ask in (("REST", rest_live), ("gRPC", grpc_live)):
                 started = time.monotonic()
                 try:
-                    probe()
+                    ask(engine)
                     took = time.monotonic() - started
                 except Exception as error:  # noqa: BLE001 - any failure of a probe is what the test reports
-                    self.failures.append(f"{name}: {type(error).__name__}: {str(error)[:200]}")
+                    health.failures.append(f"{name}: {type(error).__name__}: {str(error)[:200]}")
                     took = 60.0
-                if took > self.worst:
-                    self.worst, self.slowest = took, name
+                if took > health.worst:
+                    health.worst, health.slowest = took, name
 
-    def _rest(self) -> None:
-        response = requests.get(f"{self.engine.url}/v2/health/live", timeout=10, headers={"Connection": "close"})
-        assert response.status_code == 200, response.status_code
-
-    def _grpc(self) -> None:
-        with grpc.insecure_channel(self.engine.grpc_address) as channel:
-            assert GRPCInferenceServiceStub(channel).ServerLive(pb.ServerLiveRequest(), timeout=10).live
-
-    def __enter__(self):
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._done.set()
-        self._thread.join()
+    prober = threading.Thread(target=probe, daemon=True)
+    prober.start()
+    try:
+        yield health
+    finally:
+        done.set()
+        prober.join()
 
 
 def _grpc_frame(message: bytes) -> bytes:

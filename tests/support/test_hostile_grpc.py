@@ -8,10 +8,10 @@ import grpc
 import pytest
 from grpc_attacks import (
     INFER_METHOD,
-    HealthProbe,
     RawCalls,
     call_all,
     call_in_threads,
+    health_probes,
     infer_message,
     refused_count,
 )
@@ -33,7 +33,7 @@ def serves(engine) -> bool:
     return call_all(engine, [infer_message()]) == {("OK", ""): 1}
 
 
-def healthy(probe: HealthProbe) -> None:
+def healthy(probe) -> None:
     assert not probe.failures, probe.failures[:5]
     assert probe.worst < 1.0, f"health over {probe.slowest} took {probe.worst:.2f} s during the attack"
 
@@ -41,7 +41,7 @@ def healthy(probe: HealthProbe) -> None:
 def test_five_thousand_calls_at_once_are_served_or_refused_by_name_and_counted():
     with run_engine("faulty_engine", src=HERE) as engine:
         messages = [infer_message(fault="sleep", seconds="0.05") for _ in range(5000)]
-        with HealthProbe(engine) as probe:
+        with health_probes(engine) as probe:
             answers = call_all(engine, messages, channels=10)
         healthy(probe)
         codes = {code for code, _ in answers}
@@ -61,7 +61,7 @@ def test_forty_large_messages_at_once_stay_within_the_body_budget_and_memory_com
     with run_engine("faulty_engine", src=HERE) as engine:
         start = rss_mib(engine.process.pid)
         messages = [infer_message(padding=60 << 20) for _ in range(40)]
-        with HealthProbe(engine) as probe, RSSGuard(engine.process, LIMIT_MIB) as guard:
+        with health_probes(engine) as probe, RSSGuard(engine.process, LIMIT_MIB) as guard:
             answers = call_in_threads(engine, messages)
         assert not guard.tripped, f"the engine passed {LIMIT_MIB} MiB and was killed"
         healthy(probe)
@@ -82,7 +82,7 @@ def test_answers_a_client_never_reads_are_bounded_and_freed_when_it_leaves():
     with run_engine("faulty_engine", src=HERE) as engine:
         start = rss_mib(engine.process.pid)
         message = infer_message(request_id="r" * (1 << 20)).SerializeToString()
-        with HealthProbe(engine) as probe, RSSGuard(engine.process, LIMIT_MIB) as guard:
+        with health_probes(engine) as probe, RSSGuard(engine.process, LIMIT_MIB) as guard:
             client = RawCalls(engine)
             try:
                 streams = [client.call(message) for _ in range(300)]
@@ -140,7 +140,7 @@ def test_six_png_bombs_over_grpc_stay_near_the_decode_budget():
     with run_engine("faulty_engine", src=HERE) as engine:
         start = rss_mib(engine.process.pid)
         messages = [infer_message(side=9_999) for _ in range(6)]
-        with HealthProbe(engine) as probe, RSSGuard(engine.process, 2048) as guard:
+        with health_probes(engine) as probe, RSSGuard(engine.process, 2048) as guard:
             answers = call_in_threads(engine, messages)
         assert not guard.tripped
         healthy(probe)

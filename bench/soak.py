@@ -81,7 +81,7 @@ def main() -> None:
                         status = session.post(url, data=good, timeout=120).status_code
                         expected = 200
                     else:
-                        status, _ = transport.send(engine, model, case)
+                        status = transport.send(engine, model, case, {}).status
                         expected = case.status
                 except requests.RequestException as error:
                     status, expected = type(error).__name__, None

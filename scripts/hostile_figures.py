@@ -1,9 +1,11 @@
 """Attack an engine on loopback and report what it held: peak RSS, threads and health latency per attack.
 
-    .venv/bin/python scripts/hostile_figures.py
+    .venv/bin/python scripts/hostile_figures.py [--slow-clients | --grpc]
 
 Starts the faulty test engine with default settings (plus what each attack names), one engine per attack, and
-stops each by its process id. Prints a Markdown table for the README's reliability section."""
+stops each by its process id. Prints a Markdown table for the README's reliability section. `--slow-clients` runs
+only the attacks of slow clients on the connection table (about a minute); `--grpc` only the gRPC attacks, whose
+table is printed after the others."""
 
 import json
 import os
@@ -21,10 +23,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "{{cookiecutter.engine_name}}" / "src"), str(ROOT / "tests" / "support")]
 os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [sys.path[0], os.environ.get("PYTHONPATH")]))
 
-from grpc_attacks import RawCalls, call_all, call_in_threads, health_probes, infer_message  # noqa: E402
-from hostile import HERE, RSSGuard, peak_rss_mib, png_request, rss_mib, threads, wait_until  # noqa: E402
+from grpc_attacks import BothHealthProbe, RawCalls, call_all, call_apart, infer_message  # noqa: E402
+from hostile import HERE, HealthProbe, RSSGuard, peak_rss_mib, png_request, rss_mib, threads, wait_until  # noqa: E402
+from test_hostile_slow_clients import TRICKLED_BODY_HEAD, answers_by, connect_all  # noqa: E402
 from test_hostile_workers import children, serving_again  # noqa: E402
 
+from chariot_support.settings import EngineSettings  # noqa: E402
 from chariot_support.testing import run_engine  # noqa: E402
 
 INFER = "/v2/models/m-faulty/infer"
@@ -72,8 +76,38 @@ def attack(name: str, bodies, path: str = INFER, env: dict | None = None, during
         return f"| {name} | {counts} | {peak:,.0f} MiB | {count} | {worst[0]:.2f} s | {alive} |"
 
 
+def slow_clients(name: str, first_bytes: bytes, trickle: float | None = None, watch: float = 40.0) -> str:
+    """CHARIOT_MAX_CONNECTIONS connections send `first_bytes`, then one more byte every `trickle` seconds, for up
+    to `watch` seconds: what each was answered and when the last was closed, and health from new connections."""
+    count = EngineSettings().max_connections
+    with run_engine("faulty_engine", src=HERE) as engine:
+        with RSSGuard(engine.process, 6 * 1024) as guard, HealthProbe(engine) as probe:
+            started = time.monotonic()
+            sockets = connect_all(engine, count, first_bytes)
+            answers = answers_by(sockets, started + watch, trickle)
+            for sock in sockets:
+                sock.close()
+        seen = [answer.split(b" ", 2)[1].decode() if answer else "no answer" for answer, _ in answers.values()]
+        counts = ", ".join(f"{seen.count(s)}× {s}" for s in sorted(set(seen)))
+        open_still = sum(closed is None for _, closed in answers.values())
+        last = max((closed for _, closed in answers.values() if closed is not None), default=started) - started
+        counts += f"; {open_still} still open at {watch:.0f} s" if open_still else f"; all closed by {last:.1f} s"
+        alive = "killed at 6 GiB" if guard.tripped else "alive"
+        peak = peak_rss_mib(engine.process.pid) if not guard.tripped else 6 * 1024
+        after = threads(engine.process.pid) if not guard.tripped else 0
+        health = f"{probe.worst:.2f} s" + (f", {len(probe.failures)} probes failed" if probe.failures else "")
+        return f"| {name} | {counts} | {peak:,.0f} MiB | {after} | {health} | {alive} |"
+
+
 def main() -> None:
-    rows = [
+    rows = slow_client_rows() if sys.argv[1:] == ["--slow-clients"] else request_rows() + slow_client_rows()
+    print("| attack | answers | peak RSS | threads after | slowest /v2/health/live | engine |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    print("\n".join(rows))
+
+
+def request_rows() -> list[str]:
+    return [
         attack("4 requests of 64 black 10000×10000 PNGs", [json.dumps(png_request(10_000, 64))] * 4),
         attack(
             "8 requests with a 29M-element INT64 tensor (58 MB)",
@@ -101,9 +135,13 @@ def main() -> None:
             during=kill_workers,
         ),
     ]
-    print("| attack | answers | peak RSS | threads after | slowest /v2/health/live | engine |")
-    print("| --- | --- | --- | --- | --- | --- |")
-    print("\n".join(rows))
+
+
+def slow_client_rows() -> list[str]:
+    return [
+        slow_clients("512 connections each send one byte (`G`) and nothing more", b"G"),
+        slow_clients("512 connections send headers for a 1 MB body, then one byte every 3 s", TRICKLED_BODY_HEAD, 3),
+    ]
 
 
 # gRPC attacks: each row says what the same attack did before gRPC calls were bounded.
@@ -111,7 +149,7 @@ GRPC_BEFORE = {
     "5,000 ModelInfer calls at once": "2,100 CANCELLED, dropped unlogged",
     "10 ModelInfer calls of 60 MiB at once": "peak 3.5 GB, 3.4 GB held after",
     "40 ModelInfer calls of 60 MiB at once": "past 6 GiB, 2× `MemoryError` 500",
-    "300 calls over raw HTTP/2 never read (window 0), each with a 1 MiB id": "2.2 GB, 2.19 GB held after",
+    "300 calls over raw HTTP/2 never read (window 0)": "2.2 GB, 2.19 GB held after (each with a 1 MiB id)",
     "6 black 9,999×9,999 PNGs at once over gRPC": "peak 2.06 GB against a 1,024 MiB decode budget",
 }
 
@@ -120,7 +158,7 @@ def grpc_attack(name: str, send) -> str:
     """Run `send(engine)` (which returns a Counter of gRPC answers) against a fresh engine with health probes."""
     with run_engine("faulty_engine", src=HERE) as engine:
         start = rss_mib(engine.process.pid)
-        with health_probes(engine) as probe, RSSGuard(engine.process, 6 * 1024) as guard:
+        with BothHealthProbe(engine) as probe, RSSGuard(engine.process, 6 * 1024) as guard:
             answers = send(engine)
         if guard.tripped:
             return f"| {name} | {GRPC_BEFORE[name]} | killed at 6 GiB | | | | |"
@@ -132,7 +170,7 @@ def grpc_attack(name: str, send) -> str:
 
 
 def unread_answers(engine) -> Counter:
-    message = infer_message(request_id="r" * (1 << 20)).SerializeToString()
+    message = infer_message(request_id="r" * 256).SerializeToString()
     client = RawCalls(engine)
     try:
         streams = [client.call(message) for _ in range(300)]
@@ -152,18 +190,17 @@ def codes(answers: Counter) -> Counter:
 
 
 def grpc_main() -> None:
-    big = [infer_message(padding=60 << 20)]
     rows = [
         grpc_attack(
             "5,000 ModelInfer calls at once",
             lambda e: codes(call_all(e, [infer_message(fault="sleep", seconds="0.05")] * 5000, channels=10)),
         ),
-        grpc_attack("10 ModelInfer calls of 60 MiB at once", lambda e: codes(call_in_threads(e, big * 10))),
-        grpc_attack("40 ModelInfer calls of 60 MiB at once", lambda e: codes(call_in_threads(e, big * 40))),
-        grpc_attack("300 calls over raw HTTP/2 never read (window 0), each with a 1 MiB id", unread_answers),
+        grpc_attack("10 ModelInfer calls of 60 MiB at once", lambda e: codes(call_apart(e, 10, padding=60 << 20))),
+        grpc_attack("40 ModelInfer calls of 60 MiB at once", lambda e: codes(call_apart(e, 40, padding=60 << 20))),
+        grpc_attack("300 calls over raw HTTP/2 never read (window 0)", unread_answers),
         grpc_attack(
             "6 black 9,999×9,999 PNGs at once over gRPC",
-            lambda e: codes(call_in_threads(e, [infer_message(side=9_999)] * 6)),
+            lambda e: codes(call_apart(e, 6, side=9_999)),
         ),
     ]
     print("| gRPC attack | before | answers | peak RSS | RSS after | slowest health (new connection) |")
@@ -172,6 +209,8 @@ def grpc_main() -> None:
 
 
 if __name__ == "__main__":
-    main()
-    print()
-    grpc_main()
+    if sys.argv[1:] != ["--grpc"]:
+        main()
+    if sys.argv[1:] in ([], ["--grpc"]):
+        print()
+        grpc_main()

@@ -4,6 +4,7 @@ ENGINE_GRPC_ADDRESS, ENGINE_MODEL and ENGINE_TASK."""
 
 import asyncio
 import base64
+import functools
 import json
 import os
 import zlib
@@ -25,14 +26,19 @@ KEYS = {
     "Image Text to Text": {"prompt", "answer"},
 }
 PROMPTS = ["what colours are in the picture?"]
+RED_SQUARE = {(8, 8, 40, 40): b"\xff\x00\x00"}
+# A green square beside the red one: a second result for the tasks that find regions.
+TWO_SQUARES = {**RED_SQUARE, (44, 8, 60, 24): b"\x00\xff\x00"}
 
 
-def png(width: int = 64, height: int = 48) -> str:
-    """Base64 of a PNG with a red square on black, built without any image library."""
-    rows = b"".join(
-        b"\x00" + b"".join(b"\xff\x00\x00" if 8 <= x < 40 and 8 <= y < 40 else b"\x00\x00\x00" for x in range(width))
-        for y in range(height)
-    )
+def png(squares: dict = RED_SQUARE, width: int = 64, height: int = 48) -> str:
+    """Base64 of a PNG with coloured squares (x0, y0, x1, y1) on black, built without any image library."""
+
+    def pixel(x: int, y: int) -> bytes:
+        inside = [colour for (x0, y0, x1, y1), colour in squares.items() if x0 <= x < x1 and y0 <= y < y1]
+        return inside[0] if inside else b"\x00\x00\x00"
+
+    rows = b"".join(b"\x00" + b"".join(pixel(x, y) for x in range(width)) for y in range(height))
 
     def chunk(kind: bytes, data: bytes) -> bytes:
         return len(data).to_bytes(4, "big") + kind + data + zlib.crc32(kind + data).to_bytes(4, "big")
@@ -42,19 +48,42 @@ def png(width: int = 64, height: int = 48) -> str:
     return base64.b64encode(raw).decode()
 
 
-def request(prompts_as_json: bool = False, data: str | None = None) -> InferRequest:
-    parameters = {}
+def settings(prompts_as_json: bool = False, several: bool = False) -> dict:
+    """An image's parameters; with `several`, ones that make every task answer more than one result."""
+    parameters: dict = {}
     if TASK == "Image Text to Text":
+        prompts = [*PROMPTS, "is there a square?"] if several else PROMPTS
         # gRPC parameters hold no lists: prompts travel JSON-encoded there.
-        parameters["prompts"] = json.dumps(PROMPTS) if prompts_as_json else PROMPTS
-    image = InferInput(name="image-0", shape=[1], datatype="BYTES", data=[data or png()], parameters=parameters or None)
+        parameters["prompts"] = json.dumps(prompts) if prompts_as_json else prompts
+    if several and TASK == "Image Classification":
+        parameters["action"] = "predict_proba"  # a score for every label, not just the best
+    return parameters
+
+
+def request(prompts_as_json: bool = False, data: str | None = None, several: bool = False) -> InferRequest:
+    parameters = settings(prompts_as_json, several)
+    picture = data or png(TWO_SQUARES if several else RED_SQUARE)
+    image = InferInput(name="image-0", shape=[1], datatype="BYTES", data=[picture], parameters=parameters or None)
     return InferRequest(model_name=MODEL, infer_inputs=[image], request_id="kserve-sdk")
 
 
+@functools.cache
+def plain_answer() -> list:
+    """The engine's results for the red square, asked over plain HTTP without the SDK: what the SDK must read."""
+    body = {
+        "inputs": [{"name": "image-0", "shape": [1], "datatype": "BYTES", "data": [png()], "parameters": settings()}]
+    }
+    response = httpx.post(f"{URL}/v2/models/{MODEL}/infer", json=body, timeout=30)
+    response.raise_for_status()
+    return response.json()["outputs"][0]["data"][0]
+
+
 def check_results(results) -> None:
-    assert isinstance(results, list)
+    """The results the SDK read for the red square: the engine's own answer, which every task's demo finds."""
+    assert isinstance(results, list) and results, f"no results for a picture with a red square: {results!r}"
     for result in results:
         assert KEYS[TASK] <= set(result), result
+    assert results == plain_answer()
 
 
 def rest(call):
@@ -95,7 +124,7 @@ def test_rest_infer_as_a_dict_is_the_engine_reply():
                 "shape": [1],
                 "datatype": "BYTES",
                 "data": [png()],
-                "parameters": {"prompts": PROMPTS} if TASK == "Image Text to Text" else {},
+                "parameters": settings(),
             }
         ]
     }
@@ -104,13 +133,16 @@ def test_rest_infer_as_a_dict_is_the_engine_reply():
 
 
 def test_rest_as_numpy_cannot_hold_result_lists():
-    """What the SDK cannot do: its numpy view of a BYTES output expects strings, not JSON objects."""
-    response = rest(lambda c: c.infer(URL, request(), model_name=MODEL))
-    try:
-        array = response.outputs[0].as_numpy()
-    except Exception:  # noqa: BLE001 - whichever error the SDK raises, the result lists are read from .data
-        return
-    assert array.dtype == object
+    """What the SDK cannot do: its numpy view reshapes a BYTES output's data to the output's shape, [1]. A list of
+    one result comes back as that result alone, the list around it lost; a longer list does not fit at all."""
+    one = rest(lambda c: c.infer(URL, request(), model_name=MODEL)).outputs[0]
+    (result,) = one.data[0]
+    array = one.as_numpy()
+    assert array.shape == (1,) and array.dtype == object and array[0] == result
+    several = rest(lambda c: c.infer(URL, request(several=True), model_name=MODEL)).outputs[0]
+    assert len(several.data[0]) >= 2, several.data
+    with pytest.raises(ValueError, match=rf"cannot reshape array of size {len(several.data[0])} into shape \(1,\)"):
+        several.as_numpy()
 
 
 def test_rest_errors_carry_the_engine_message():

@@ -129,7 +129,8 @@ def test_dev_requirements_pin_what_the_engine_depends_on(baked):
     import tomllib
 
     engine = tomllib.loads((Path(baked("Object Detection")) / "pyproject.toml").read_text())["project"]
-    wanted = set(engine["dependencies"]) | set(engine["optional-dependencies"]["test"])
+    extras = engine["optional-dependencies"]
+    wanted = set(engine["dependencies"]) | set(extras["test"]) | set(extras["eval"])
     lines = (TEMPLATE_ROOT / "requirements-dev.txt").read_text().splitlines()
     pinned = {line.strip() for line in lines if line.strip() and not line.startswith(("#", "-c"))}
     assert wanted <= pinned, f"requirements-dev.txt lacks {sorted(wanted - pinned)}"

@@ -100,10 +100,10 @@ def test_runs_as_the_images_user_on_a_read_only_filesystem(runtime, container):
     assert context["runAsNonRoot"] is True
     assert str(context["runAsUser"]) == dockerfile_setting(r"^USER\s+(\d+)")
     assert context["allowPrivilegeEscalation"] is False
-    if context.get("readOnlyRootFilesystem"):
-        # The engine writes temporary files, and with parallel workers its metrics, so both need a volume.
-        mounted = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
-        volumes = {v["name"] for v in runtime["spec"]["volumes"]}
-        workdir = dockerfile_setting(r"^WORKDIR\s+(\S+)")
-        for path in ("/tmp", workdir):
-            assert path in mounted and mounted[path] in volumes, f"{path} must be a writable volume"
+    assert context["readOnlyRootFilesystem"] is True
+    # The engine writes temporary files, and with parallel workers its metrics, so both need a volume.
+    mounted = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    volumes = {v["name"] for v in runtime["spec"]["volumes"]}
+    workdir = dockerfile_setting(r"^WORKDIR\s+(\S+)")
+    for path in ("/tmp", workdir):
+        assert path in mounted and mounted[path] in volumes, f"{path} must be a writable volume"

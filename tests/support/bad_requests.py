@@ -9,7 +9,8 @@ import json
 import re
 import struct
 import zlib
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import grpc
@@ -20,9 +21,9 @@ from mlserver.grpc.dataplane_pb2_grpc import GRPCInferenceServiceStub
 from mlserver.types import InferenceRequest
 from pydantic import ValidationError
 
-from chariot_support.decoding import DEFAULT_LIMITS, decode_image, parse_request
+from chariot_support.decoding import decode_image, parse_request
 from chariot_support.errors import ChariotError
-from chariot_support.grpc_service import GRPC_STATUS
+from chariot_support.pipeline import request_id_of
 from chariot_support.testing import encode_image, grpc_request
 
 # Image Text to Text needs prompts; the other tasks pass them to predict untouched, so every image carries some.
@@ -67,10 +68,9 @@ def _gif() -> bytes:
     return buffer.getvalue()
 
 
-# 12000 x 12000 is above the engine's default limit (Limits.max_image_pixels) and below Pillow's own cap, so the
-# engine's check is the one that refuses it. Decoded, it would take 432 MB.
+# 12000 x 12000 is above the engine's default limit of 100 million pixels (CHARIOT_MAX_IMAGE_PIXELS) and below
+# Pillow's own cap, so the engine's check is the one that refuses it. Decoded, it would take 432 MB.
 BOMB_SIDE = 12_000
-assert BOMB_SIDE**2 > DEFAULT_LIMITS.max_image_pixels
 BOMB = png_declaring(BOMB_SIDE, BOMB_SIDE, real=True)
 
 
@@ -143,11 +143,12 @@ CASES: list[Case] = [
     # The id goes back in response headers, which hold Latin-1 text on one line.
     case("request id beyond Latin-1", {**GOOD, "id": "Ā"}, "request id 'Ā' cannot travel in an HTTP header"),
     case("request id with a line break", {**GOOD, "id": "a\nb"}, "cannot travel in an HTTP header"),
+    case("request id too long", {**GOOD, "id": "x" * 300}, "the request id is 300 characters long", "at most 256"),
     case(
         "too many inputs",
-        request(*(image(f"image-{i}") for i in range(DEFAULT_LIMITS.max_inputs + 1))),
-        f"{DEFAULT_LIMITS.max_inputs + 1} inputs",
-        f"at most {DEFAULT_LIMITS.max_inputs}",
+        request(*(image(f"image-{i}") for i in range(65))),
+        "65 inputs",
+        "at most 64",  # CHARIOT_MAX_INPUTS' default
     ),
     # the fields of an input
     case("missing name", request(without(image(), "name")), "inputs[0].name: Field required"),
@@ -236,8 +237,8 @@ CASES: list[Case] = [
         "decompression bomb over the engine's limit",
         request(image(data=b64(BOMB))),
         "input 'image-0'",
-        f"{BOMB_SIDE}x{BOMB_SIDE} pixels",
-        str(DEFAULT_LIMITS.max_image_pixels),
+        "12000x12000 pixels",
+        "100000000",
     ),
     case(
         "header beyond Pillow's cap",
@@ -338,17 +339,28 @@ CASES: list[Case] = [
 assert len({c.name for c in CASES}) == len(CASES), "case names must be unique: they name the tests"
 
 
+@dataclass(frozen=True)
+class Answer:
+    status: Any  # an HTTP status, or the grpc.StatusCode a gRPC call ended with
+    body: Any
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+
 class Transport(Protocol):
     name: str
 
     def carries(self, case: Case) -> bool: ...
 
-    def send(self, engine, model_name: str, case: Case) -> tuple[int, Any]: ...
+    def send(self, engine, model_name: str, case: Case, headers: Mapping[str, str]) -> Answer: ...
+
+
+def _answer(response: requests.Response) -> Answer:
+    return Answer(response.status_code, response.json(), response.headers)
 
 
 @dataclass(frozen=True)
 class Rest:
-    """A REST path the engine serves inference on; `{model}` is the model name in it, if it has one."""
+    """A REST path the engine serves V2 inference on; `{model}` is the model name in it, if it has one."""
 
     name: str
     path: str
@@ -362,12 +374,12 @@ class Rest:
             path = path.replace("/infer", f"/versions/{case.version}/infer")
         return engine.url + path.format(model=case.model or model_name)
 
-    def send(self, engine, model_name: str, case: Case) -> tuple[int, Any]:
+    def send(self, engine, model_name: str, case: Case, headers: Mapping[str, str]) -> Answer:
         body = case.body if isinstance(case.body, bytes) else json.dumps(case.body).encode()
-        response = requests.request(
-            case.method, self.url(engine, model_name, case), data=body, timeout=60, allow_redirects=False
+        url = self.url(engine, model_name, case)
+        return _answer(
+            requests.request(case.method, url, data=body, headers=headers, timeout=60, allow_redirects=False)
         )
-        return response.status_code, response.json()
 
 
 REST_TRANSPORTS = [
@@ -375,6 +387,49 @@ REST_TRANSPORTS = [
     Rest("v2-slash", "/v2/models/{model}/infer/"),
     Rest("chariot-root", "/infer"),
 ]
+
+
+@dataclass(frozen=True)
+class OneImage:
+    """A case's request as one image and its settings, which every protocol can express: the image's base64 text,
+    its own settings, and the request's."""
+
+    data: str
+    own: dict
+    shared: dict
+
+    @property
+    def settings(self) -> dict:
+        return {**self.shared, **self.own}
+
+    @classmethod
+    def of(cls, case: Case) -> OneImage | None:
+        body = case.body
+        if not case.addressed_plainly or not isinstance(body, dict) or set(body) - {"inputs", "parameters"}:
+            return None
+        inputs, shared = body.get("inputs"), body.get("parameters", {})
+        if not isinstance(inputs, list) or len(inputs) != 1 or not isinstance(inputs[0], dict):
+            return None
+        tensor = inputs[0]
+        if set(tensor) - {"name", "shape", "datatype", "data", "parameters"} or tensor.get("datatype") != "BYTES":
+            return None
+        if not isinstance(tensor.get("name"), str):  # the other protocols' images have no name to get wrong
+            return None
+        data, own = tensor.get("data"), tensor.get("parameters", {})
+        if tensor.get("shape") != [1] or not isinstance(data, list) or len(data) != 1 or not isinstance(data[0], str):
+            return None
+        if not isinstance(shared, dict) or not isinstance(own, dict) or {"content_type", "metadata"} & {*own, *shared}:
+            return None
+        return cls(data[0], own, shared)
+
+
+_V2_PLACE = re.compile(r"input '[^']*'|request parameters|inputs\[\d+\][\w.\[\]]*")
+
+
+def placeless(case: Case) -> tuple[str, ...]:
+    """What the message must say in a protocol without V2's inputs: the catalogue's words but for where V2 would
+    place the fault (an input's name, request parameters), which the other protocols place elsewhere."""
+    return tuple(f for f in case.fragments if not _V2_PLACE.fullmatch(f))
 
 
 @dataclass(frozen=True)
@@ -389,50 +444,23 @@ class ChariotV2:
     def name(self) -> str:
         return f"chariot-v2-{self.form}"
 
-    @staticmethod
-    def image_and_settings(case: Case) -> tuple[str, dict] | None:
-        body = case.body
-        if not case.addressed_plainly or not isinstance(body, dict) or set(body) - {"inputs", "parameters"}:
-            return None
-        inputs, shared = body.get("inputs"), body.get("parameters", {})
-        if not isinstance(inputs, list) or len(inputs) != 1 or not isinstance(inputs[0], dict):
-            return None
-        tensor = inputs[0]
-        if set(tensor) - {"name", "shape", "datatype", "data", "parameters"} or tensor.get("datatype") != "BYTES":
-            return None
-        if not isinstance(tensor.get("name"), str):  # chariot-v2 inputs have no name to get wrong
-            return None
-        data, own = tensor.get("data"), tensor.get("parameters", {})
-        if tensor.get("shape") != [1] or not isinstance(data, list) or len(data) != 1 or not isinstance(data[0], str):
-            return None
-        if not isinstance(shared, dict) or not isinstance(own, dict) or {"content_type", "metadata"} & {*own, *shared}:
-            return None
-        return data[0], {**shared, **own}
-
     def carries(self, case: Case) -> bool:
-        found = self.image_and_settings(case)
-        return found is not None and (self.form != "file" or _is_base64(found[0])) and bool(self.fragments(case))
+        found = OneImage.of(case)
+        return found is not None and (self.form != "file" or _is_base64(found.data)) and bool(placeless(case))
 
-    @staticmethod
-    def fragments(case: Case) -> tuple[str, ...]:
-        """What the message must say: the catalogue's words but for where V2 would place the fault (an input's name,
-        request parameters), which chariot-v2 places in its body, line or header instead."""
-        return tuple(f for f in case.fragments if not _V2_PLACE.fullmatch(f))
+    def fragments(self, case: Case) -> tuple[str, ...]:
+        return placeless(case)
 
-    def send(self, engine, model_name: str, case: Case) -> tuple[int, Any]:
-        image, settings = self.image_and_settings(case)
-        line = json.dumps({"input": image, "parameters": settings})
+    def send(self, engine, model_name: str, case: Case, headers: Mapping[str, str]) -> Answer:
+        one = OneImage.of(case)
+        line = json.dumps({"input": one.data, "parameters": one.settings})
         if self.form == "file":
-            headers = {"Content-Type": "application/octet-stream", "chariot-inference-parameters": json.dumps(settings)}
-            data = base64.b64decode(image)
+            own = {"Content-Type": "application/octet-stream", "chariot-inference-parameters": json.dumps(one.settings)}
+            data = base64.b64decode(one.data)
         else:
-            headers = {"Content-Type": "application/json" if self.form == "json" else "application/jsonl"}
+            own = {"Content-Type": "application/json" if self.form == "json" else "application/jsonl"}
             data = line.encode() + (b"\n" if self.form == "jsonl" else b"")
-        response = requests.post(f"{engine.url}/infer", data=data, headers=headers, timeout=60)
-        return response.status_code, response.json()
-
-
-_V2_PLACE = re.compile(r"input '[^']*'|request parameters|inputs\[\d+\][\w.\[\]]*")
+        return _answer(requests.post(f"{engine.url}/infer", data=data, headers={**headers, **own}, timeout=60))
 
 
 def _is_base64(text: str) -> bool:
@@ -444,15 +472,45 @@ def _is_base64(text: str) -> bool:
 
 CHARIOT_V2_TRANSPORTS = [ChariotV2("json"), ChariotV2("jsonl"), ChariotV2("file")]
 
-# The HTTP status each gRPC code stands for (the first the engine maps to it), to hold gRPC answers to the
-# catalogue's statuses.
-HTTP_STATUS = {code: status for status, code in reversed(GRPC_STATUS.items())}
+
+@dataclass(frozen=True)
+class V1:
+    """KServe V1 and TensorFlow Serving's :predict, in rows (`instances`: the image with its own settings beside
+    it) or columns (`inputs`: an image column, and a column per setting). Carries the cases about one image and its
+    settings."""
+
+    form: str  # "instances" or "inputs"
+
+    @property
+    def name(self) -> str:
+        return f"v1-{self.form}"
+
+    def carries(self, case: Case) -> bool:
+        return OneImage.of(case) is not None and bool(placeless(case))
+
+    def fragments(self, case: Case) -> tuple[str, ...]:
+        return placeless(case)
+
+    def send(self, engine, model_name: str, case: Case, headers: Mapping[str, str]) -> Answer:
+        one = OneImage.of(case)
+        if self.form == "instances":
+            body: dict = {"instances": [{"image": {"b64": one.data}, **one.own}]}
+        else:
+            body = {"inputs": {"image": [{"b64": one.data}], **one.own}}
+        if one.shared:
+            body["parameters"] = one.shared
+        url = f"{engine.url}/v1/models/{model_name}:predict"
+        return _answer(requests.post(url, data=json.dumps(body), headers=headers, timeout=60))
+
+
+V1_TRANSPORTS = [V1("instances"), V1("inputs")]
 
 
 @dataclass(frozen=True)
 class Grpc:
     """ModelInfer over gRPC. Carries the POSTs whose body a gRPC client can express: a valid InferenceRequest
-    whose values fit the protobuf fields (a JSON syntax error has no gRPC form)."""
+    whose values fit the protobuf fields (a JSON syntax error has no gRPC form). Its answer's status is the call's
+    grpc.StatusCode."""
 
     name: str = "grpc"
 
@@ -466,7 +524,7 @@ class Grpc:
             return False
         return True
 
-    def send(self, engine, model_name: str, case: Case) -> tuple[int, Any]:
+    def send(self, engine, model_name: str, case: Case, headers: Mapping[str, str]) -> Answer:
         message = grpc_request(case.body, case.model or model_name)
         if case.version is not None:
             message.model_version = case.version
@@ -474,8 +532,8 @@ class Grpc:
             try:
                 GRPCInferenceServiceStub(channel).ModelInfer(message, timeout=60)
             except grpc.RpcError as error:
-                return HTTP_STATUS.get(error.code(), 500), {"error": error.details()}
-        return 200, {}
+                return Answer(error.code(), {"error": error.details()})
+        return Answer(grpc.StatusCode.OK, {})
 
 
 @dataclass(frozen=True)
@@ -495,11 +553,12 @@ class Parser:
             return False
         return True
 
-    def send(self, engine, model_name: str, case: Case) -> tuple[int, Any]:
+    def send(self, engine, model_name: str, case: Case, headers: Mapping[str, str]) -> Answer:
         try:
-            parsed = parse_request(InferenceRequest.model_validate(case.body), self.task, DEFAULT_LIMITS)
+            request_id_of(case.body.get("id"), {})  # the pipeline's check, before the parser
+            parsed = parse_request(InferenceRequest.model_validate(case.body), self.task)
             for i in parsed.images:
-                decode_image(i.encoded, f"input '{i.name}'", DEFAULT_LIMITS)
+                decode_image(i.encoded, f"input '{i.name}'")
         except ChariotError as error:
-            return error.status_code, {"error": str(error)}
-        return 200, {}
+            return Answer(error.status_code, {"error": str(error)})
+        return Answer(200, {})

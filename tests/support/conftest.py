@@ -90,3 +90,22 @@ def angle_between(a: float, b: float, period: float = math.pi / 2) -> float:
     """Distance between two box angles, in radians, ignoring the quarter turns that describe the same box."""
     d = (a - b) % period
     return min(d, period - d)
+
+
+@pytest.fixture
+def released_metrics(monkeypatch):
+    """MLServer's data plane and gRPC server register their metrics in prometheus' registry, which takes each name
+    once a process: what a canary registers is taken out again after it."""
+    from prometheus_client import REGISTRY
+
+    registered = []
+    register = REGISTRY.register
+
+    def recording(collector):
+        register(collector)
+        registered.append(collector)
+
+    monkeypatch.setattr(REGISTRY, "register", recording)
+    yield
+    for collector in registered:
+        REGISTRY.unregister(collector)

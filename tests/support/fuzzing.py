@@ -1,7 +1,10 @@
-"""Hypothesis strategies for requests an engine may be sent: near-valid chariot-v2-kserve requests with any field
-replaced by any JSON value, and image files with bytes cut, flipped or spliced."""
+"""Hypothesis strategies for requests an engine may be sent: chariot-v2-kserve requests in a valid envelope whose
+images, numeric tensors and settings are near-valid, requests with any field replaced by any JSON value, and image
+files with bytes cut, flipped or spliced."""
 
 from __future__ import annotations
+
+import math
 
 from bad_requests import JPEG, PNG, PROMPTS, b64
 from hypothesis import strategies as st
@@ -62,6 +65,71 @@ tensors = st.fixed_dictionaries(
         "parameters": parameters,
     },
 )
+# What each datatype holds, and values just beyond it: ints past their range, fractions, booleans, infinities.
+_FITTING = {
+    "BOOL": st.booleans() | st.sampled_from([0, 1]),
+    **{
+        f"{kind}{bits}": st.integers(-(2 ** (bits - 1)), 2 ** (bits - 1) - 1)
+        for kind, bits in [("INT", 8), ("INT", 16), ("INT", 32), ("INT", 64)]
+    },
+    **{f"UINT{bits}": st.integers(0, 2**bits - 1) for bits in (8, 16, 32, 64)},
+    "FP16": st.floats(width=16),
+    "FP32": st.floats(width=32),
+    "FP64": st.floats(),
+}
+_STRAY = st.integers(-(2**65), 2**65) | st.floats() | st.booleans() | st.none() | st.text(max_size=3)
+
+
+def _nested(values: list, shape: list[int]) -> list:
+    """`values` as nested lists of `shape`, as V2 clients may send them (they must hold exactly that many)."""
+    for size in reversed(shape[1:]):
+        values = [values[i : i + size] for i in range(0, len(values), size)]
+    return values
+
+
+@st.composite
+def numeric_tensors(draw) -> dict:
+    """A numeric input: a datatype, a shape, and data that mostly fits both, with values, counts and dimensions
+    sometimes just wrong."""
+    datatype = draw(st.sampled_from(sorted(NUMERIC_DTYPES)))
+    dims = draw(st.lists(st.integers(1, 4), min_size=1, max_size=3))
+    count = math.prod(dims)
+    wrong = draw(st.integers(0, 9))  # one in ten gets stray values, one in ten a wrong count, one in ten any shape
+    value = _FITTING[datatype] | _STRAY if wrong == 0 else _FITTING[datatype]
+    data = draw(st.lists(value, max_size=count + 2) if wrong == 1 else st.lists(value, min_size=count, max_size=count))
+    if wrong == 2:
+        shape = draw(st.lists(st.integers(-2, 5) | st.sampled_from([2**63, 2**40]), max_size=3))
+    else:
+        shape = draw(st.just(dims) | st.just([-1, *dims[1:]]))
+    if len(data) == count and draw(st.booleans()):
+        data = _nested(data, dims)
+    tensor = {"name": draw(st.text(min_size=1, max_size=6)), "shape": shape, "datatype": datatype, "data": data}
+    if draw(st.integers(0, 4)) == 0:
+        tensor["parameters"] = draw(parameters.filter(lambda p: isinstance(p, dict)))
+    return tensor
+
+
+image_tensors = st.fixed_dictionaries(
+    {
+        "name": st.text(min_size=1, max_size=8) | st.just("image-0"),
+        "shape": st.just([1]) | st.lists(st.integers(-2, 3), max_size=2),
+        "datatype": st.just("BYTES"),
+        "data": st.lists(image_data, min_size=1, max_size=2),
+    },
+    optional={"parameters": parameters.filter(lambda p: isinstance(p, dict))},
+)
+
+
+def _often(usual: st.SearchStrategy, odd: st.SearchStrategy) -> st.SearchStrategy:
+    """`usual` three times in four, else `odd`."""
+    return st.integers(0, 3).flatmap(lambda n: odd if n == 0 else usual)
+
+
+_SETTINGS = {
+    "action": st.sampled_from(["predict", "detect", "predict_proba"]),
+    "score_threshold": st.floats(0, 1),
+    "metadata": st.just('{"extended_metadata": []}'),
+}
 good_image = st.builds(
     lambda data, extra: {
         "name": "image-0",
@@ -70,10 +138,27 @@ good_image = st.builds(
         "data": [data],
         "parameters": {"prompts": PROMPTS, **extra},
     },
-    image_data,
-    st.dictionaries(st.sampled_from(["action", "score_threshold", "metadata"]), json_values, max_size=2),
+    _often(st.just(b64(PNG)), image_data),
+    st.fixed_dictionaries({}, optional={key: _often(value, json_values) for key, value in _SETTINGS.items()}),
 )
-requests_ = st.one_of(
+_request_parameters = st.fixed_dictionaries(
+    {}, optional={key: _often(value, json_values) for key, value in {**_SETTINGS, "prompts": st.just(PROMPTS)}.items()}
+)
+# Envelopes the protocol's schema accepts, so that what is fuzzed is the engine's own reading of them: an image and
+# numeric tensors, near-valid, in any order.
+valid_envelopes = st.fixed_dictionaries(
+    {
+        "inputs": st.tuples(
+            st.lists(_often(good_image, image_tensors), min_size=1, max_size=2),
+            st.integers(0, 2).flatmap(lambda n: st.lists(numeric_tensors(), min_size=n, max_size=n)),
+        )
+        .map(lambda both: both[0] + both[1])
+        .flatmap(st.permutations)
+    },
+    optional={"parameters": _request_parameters, "id": st.text(max_size=8)},
+)
+# Anything at all in any field of a request, or any JSON.
+odd_requests = st.one_of(
     st.fixed_dictionaries(
         {"inputs": st.lists(good_image | tensors, min_size=1, max_size=3)},
         optional={"parameters": parameters, "id": st.text(max_size=8)},
@@ -83,3 +168,5 @@ requests_ = st.one_of(
     ),
     json_values,
 )
+# Three requests in four are valid envelopes.
+requests_ = _often(valid_envelopes, odd_requests)

@@ -3,15 +3,12 @@ answers never read (a raw HTTP/2 client with a receive window of 0), messages ne
 engine meanwhile, each probe from a new connection."""
 
 import base64
+import multiprocessing
 import re
 import socket
-import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 
 import grpc
 import h2.config
@@ -20,7 +17,7 @@ import h2.events
 import h2.exceptions
 import h2.settings
 import requests
-from hostile import black_png
+from hostile import HealthProbe, black_png
 from mlserver.grpc import dataplane_pb2 as pb
 from mlserver.grpc.dataplane_pb2_grpc import GRPCInferenceServiceStub
 
@@ -69,14 +66,13 @@ def call_all(engine, messages, *, channels: int = 1, timeout: float = 120) -> Co
             channel.close()
 
 
-def call_in_threads(engine, messages, *, timeout: float = 120) -> Counter:
-    """Each message on its own connection, all at once: for large messages, which one connection would send one
-    after another."""
-
+def call_in_threads(address: str, messages, *, timeout: float = 120) -> Counter:
+    """Each message on its own connection to `address`, all at once: for large messages, which one connection
+    would send one after another."""
     messages = [m.SerializeToString() for m in messages]
 
     def one(message: bytes) -> tuple[str, str]:
-        with grpc.insecure_channel(engine.grpc_address, options=BIG) as channel:
+        with grpc.insecure_channel(address, options=BIG) as channel:
             try:
                 _infer(channel)(message, timeout=timeout)
                 return "OK", ""
@@ -87,51 +83,41 @@ def call_in_threads(engine, messages, *, timeout: float = 120) -> Counter:
         return Counter(pool.map(one, messages))
 
 
-@dataclass
-class Health:
-    """What the probes saw: the slowest answer in seconds (a failure counts as 60 s), over which protocol, and
-    what went wrong."""
-
-    worst: float = 0.0
-    slowest: str = ""
-    failures: list[str] = field(default_factory=list)
+def _calls(address: str, count: int, parameters: dict) -> Counter:
+    return call_in_threads(address, [infer_message(**parameters)] * count)
 
 
-def rest_live(engine) -> None:
-    response = requests.get(f"{engine.url}/v2/health/live", timeout=10, headers={"Connection": "close"})
-    assert response.status_code == 200, response.status_code
+def call_apart(engine, count: int, **parameters) -> Counter:
+    """call_in_threads with `count` copies of infer_message(**parameters), from a process of its own: a client
+    pushing gigabytes keeps its own process's gRPC busy, which would slow this process's health probes."""
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return pool.submit(_calls, engine.grpc_address, count, parameters).result()
 
 
-def grpc_live(engine) -> None:
-    with grpc.insecure_channel(engine.grpc_address) as channel:
-        assert GRPCInferenceServiceStub(channel).ServerLive(pb.ServerLiveRequest(), timeout=10).live
+class BothHealthProbe(HealthProbe):
+    """hostile.HealthProbe over gRPC as well: ServerLive from a new channel after each REST probe. `slowest` says
+    which protocol gave the slowest answer."""
 
+    def __init__(self, engine):
+        super().__init__(engine)
+        self.slowest = "REST"
 
-@contextmanager
-def health_probes(engine) -> Iterator[Health]:
-    """Ask for liveness every 0.1 s while the block runs, over REST and gRPC, each time from a new connection."""
-    health, done = Health(), threading.Event()
-
-    def probe() -> None:
-        while not done.wait(0.1):
-            for name, ask in (("REST", rest_live), ("gRPC", grpc_live)):
-                started = time.monotonic()
-                try:
-                    ask(engine)
-                    took = time.monotonic() - started
-                except Exception as error:  # noqa: BLE001 - any failure of a probe is what the test reports
-                    health.failures.append(f"{name}: {type(error).__name__}: {str(error)[:200]}")
-                    took = 60.0
-                if took > health.worst:
-                    health.worst, health.slowest = took, name
-
-    prober = threading.Thread(target=probe, daemon=True)
-    prober.start()
-    try:
-        yield health
-    finally:
-        done.set()
-        prober.join()
+    def _check(self) -> bool:
+        worst = self.worst
+        super()._check()
+        started = time.monotonic()
+        try:
+            with grpc.insecure_channel(self.engine.grpc_address) as channel:
+                if not GRPCInferenceServiceStub(channel).ServerLive(pb.ServerLiveRequest(), timeout=10).live:
+                    self.failures.append("ServerLive answered not live")
+            took = time.monotonic() - started
+        except grpc.RpcError as error:
+            self.failures.append(f"ServerLive: {error.code().name}: {error.details()}")
+            took = 10.0
+        if took > max(worst, self.worst):
+            self.slowest = "gRPC"
+        self.worst = max(self.worst, took)
+        return False
 
 
 def _grpc_frame(message: bytes) -> bytes:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import cv2
 import numpy as np
+import requests
 
 HERE = Path(__file__).parent
 
@@ -53,26 +54,22 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / 100  # utime + stime, in clock ticks of 1/100 s
 
 
-class RSSGuard:
-    """Kill the engine (by its pid) if it holds more than `limit_mib`, so that a test of an engine without
-    admission fails instead of taking the machine down; `tripped` says whether it had to."""
+class _Watch:
+    """A daemon thread that calls `_check` every `interval` seconds while the block runs, until it returns True."""
 
-    def __init__(self, process, limit_mib: float):
-        self.process = process
-        self.limit_mib = limit_mib
-        self.tripped = False
+    interval = 0.05
+
+    def __init__(self):
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._watch, daemon=True)
 
     def _watch(self) -> None:
-        while not self._done.wait(0.05):
-            try:
-                if rss_mib(self.process.pid) > self.limit_mib:
-                    self.tripped = True
-                    self.process.kill()
-                    return
-            except (FileNotFoundError, ProcessLookupError, KeyError):
+        while not self._done.wait(self.interval):
+            if self._check():
                 return
+
+    def _check(self) -> bool:
+        raise NotImplementedError
 
     def __enter__(self):
         self._thread.start()
@@ -81,6 +78,54 @@ class RSSGuard:
     def __exit__(self, *exc):
         self._done.set()
         self._thread.join()
+
+
+class RSSGuard(_Watch):
+    """Kill the engine (by its pid) if it holds more than `limit_mib`, so that a test of an engine without
+    admission fails instead of taking the machine down; `tripped` says whether it had to."""
+
+    def __init__(self, process, limit_mib: float):
+        super().__init__()
+        self.process = process
+        self.limit_mib = limit_mib
+        self.tripped = False
+
+    def _check(self) -> bool:
+        try:
+            if rss_mib(self.process.pid) > self.limit_mib:
+                self.tripped = True
+                self.process.kill()
+                return True
+        except (FileNotFoundError, ProcessLookupError, KeyError):
+            return True
+        return False
+
+
+class HealthProbe(_Watch):
+    """Asks /v2/health/live from a new connection every 50 ms while the block runs; `worst` is the slowest answer,
+    a failed or timed-out probe counting as its 10 s timeout, `failures` says what went wrong, and `probes` how many
+    were asked."""
+
+    def __init__(self, engine):
+        super().__init__()
+        self.engine = engine
+        self.worst = 0.0
+        self.failures: list[str] = []
+        self.probes = 0
+
+    def _check(self) -> bool:
+        self.probes += 1
+        started = time.monotonic()
+        try:
+            reply = requests.get(f"{self.engine.url}/v2/health/live", timeout=10)
+            if reply.status_code != 200:
+                self.failures.append(f"health answered {reply.status_code}")
+            took = time.monotonic() - started
+        except requests.RequestException as error:
+            self.failures.append(f"{type(error).__name__}: {error}")
+            took = 10.0
+        self.worst = max(self.worst, took)
+        return False
 
 
 def wait_until(predicate, timeout: float, step: float = 0.1) -> bool:

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import chariot_support
-from chariot_support import client
+from chariot_support import client, drawing
 from chariot_support.tasks import Segmentation
 from chariot_support.testing import changed_near, free_port
 from template_paths import ENGINE_TEMPLATE
@@ -117,7 +117,7 @@ def test_an_image_without_results_says_so():
 
 def test_boxes_are_drawn_where_the_detections_are(scene):
     before = bgr(scene)
-    after = client.draw(before, DETECTIONS)
+    after = drawing.draw(before, DETECTIONS)
     assert np.array_equal(before, bgr(scene)), "draw must not change its input"
     assert changed_near(before, after, 60, 30)  # top edge of the red box
     assert changed_near(before, after, 100, 60)  # its right edge
@@ -139,7 +139,7 @@ def test_rotated_boxes_are_drawn_turned_clockwise(scene):
         "h": bh / h,
         "r": math.radians(degrees),
     }
-    after = client.draw(before, [result])
+    after = drawing.draw(before, [result])
     # The long side's midpoints, half the box height from the centre, at 30 degrees clockwise (y down).
     for sign in (1, -1):
         nx, ny = -math.sin(math.radians(degrees)), math.cos(math.radians(degrees))
@@ -156,7 +156,7 @@ def test_contours_are_outlined_and_tinted(scene):
     xmin, ymin, xmax, ymax = scene.red_box
     mask[ymin:ymax, xmin:xmax] = 1
     result = Segmentation.from_mask("red", 0.9, mask).model_dump()
-    after = client.draw(before, [result])
+    after = drawing.draw(before, [result])
     assert changed_near(before, after, 60, ymax - 1, radius=2)  # the outline, with its dark edge beside it
     assert not np.array_equal(before[60, 60], after[60, 60])  # the tint inside
     assert not changed_near(before, after, 300, 220, radius=10)
@@ -172,7 +172,7 @@ def test_contours_are_outlined_and_tinted(scene):
 )
 def test_labels_and_answers_are_written_below_the_picture_hiding_nothing(scene, results):
     before = bgr(scene)
-    after = client.draw(before, results)
+    after = drawing.draw(before, results)
     assert after.shape[0] > before.shape[0] and after.shape[1:] == before.shape[1:]
     assert np.array_equal(before, after[: scene.height]), "the picture itself is left as it was"
     band = after[scene.height :]

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import requests
 
-from chariot_support import client
+from chariot_support import client, drawing
 from chariot_support.tasks import TaskType
 from chariot_support.testing import chariot_request, encode_image, free_port, image_input
 from template_paths import ENGINE_TEMPLATE
@@ -66,16 +66,16 @@ def test_a_label_that_names_a_colour_is_drawn_in_it():
         {"label": name, "score": 0.9, "xmin": 10 + 90 * i, "ymin": 60, "xmax": 80 + 90 * i, "ymax": 180}
         for i, name in enumerate(("red", "green", "blue"))
     ]
-    drawn = client.draw(blank, results)
+    drawn = drawing.draw(blank, results)
     for i, bgr in enumerate(((0, 0, 255), (0, 255, 0), (255, 0, 0))):
         edge = drawn[120, 10 + 90 * i]  # the left side of the box, away from its caption
         assert tuple(int(v) for v in edge) == bgr
 
 
 def test_other_labels_keep_one_colour_each():
-    assert client.colour_of("cat") == client.colour_of("cat")
-    assert client.colour_of("cat") in client.PALETTE
-    assert client.colour_of("Red") == (0, 0, 255)
+    assert drawing.colour_of("cat") == drawing.colour_of("cat")
+    assert drawing.colour_of("cat") in drawing.PALETTE
+    assert drawing.colour_of("Red") == (0, 0, 255)
 
 
 @pytest.mark.parametrize(
@@ -88,7 +88,7 @@ def test_other_labels_keep_one_colour_each():
 )
 def test_text_results_go_in_a_band_below_the_picture(results):
     picture = cv2.imread(str(SAMPLES / "shapes.jpg"))
-    drawn = client.draw(picture, results)
+    drawn = drawing.draw(picture, results)
     height, width = picture.shape[:2]
     assert drawn.shape[1] == width and drawn.shape[0] > height
     assert np.array_equal(drawn[:height], picture), "the picture must stay whole"
@@ -157,6 +157,6 @@ def test_a_red_region_drawn_red_on_a_red_shape_still_shows(scene):
     mask = np.zeros(scene.pixels.shape[:2], np.uint8)
     xmin, ymin, xmax, ymax = scene.red_box
     mask[ymin:ymax, xmin:xmax] = 1
-    after = client.draw(before, [Segmentation.from_mask("red", 0.9, mask).model_dump()])
+    after = drawing.draw(before, [Segmentation.from_mask("red", 0.9, mask).model_dump()])
     assert not np.array_equal(before[60, 60], after[60, 60]), "the lighter tint shows inside"
     assert (after[ymax - 4 : ymax + 3, 60] != before[ymax - 4 : ymax + 3, 60]).any(), "the dark edge shows"

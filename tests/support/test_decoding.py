@@ -284,6 +284,7 @@ def test_numeric_datatypes_decode_to_their_dtype(datatype, data, dtype):
     [
         ("INT32", [2.0, -3.0], [2, -3]),
         ("INT8", [True], [1]),  # the protocol page's own do_sample example
+        ("UINT64", [True, False], [1, 0]),  # once an OverflowError, a 500
         ("BOOL", [0, 1], [False, True]),
         ("UINT64", [2**64 - 1, 0.0], [2**64 - 1, 0]),  # once wrapped to 0 through float64
         ("INT64", [2**53 + 1, 0.0], [2**53 + 1, 0]),  # once rounded to 2**53 through float64
@@ -374,10 +375,10 @@ PARSED = [c for c in CASES if Parser(TaskType.OBJECT_DETECTION).carries(c)]
 @pytest.mark.parametrize("case", PARSED, ids=[c.name for c in PARSED])
 def test_catalogued_bad_request_is_refused_by_the_parser_for_every_task(case):
     for task in TaskType:
-        status, body = Parser(task).send(None, "", case)
-        assert status == case.status, (task, body)
-        missing = [f for f in case.fragments if f not in body["error"]]
-        assert not missing, f"{task.value}: {missing} not in {body['error']!r}"
+        answer = Parser(task).send(None, "", case, {})
+        assert answer.status == case.status, (task, answer.body)
+        missing = [f for f in case.fragments if f not in answer.body["error"]]
+        assert not missing, f"{task.value}: {missing} not in {answer.body['error']!r}"
 
 
 @settings(max_examples=60, deadline=None)

@@ -1,14 +1,23 @@
 """Property: whatever JSON arrives, the parser and image decoder answer with a request or a 4xx ChariotError,
-never another exception."""
+never another exception, and a numeric tensor they accept holds the values sent, in its datatype."""
+
+from collections import Counter
 
 import numpy as np
-from fuzzing import mangled_images, requests_
+from fuzzing import mangled_images, numeric_tensors, requests_
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from mlserver.types import InferenceRequest
 from pydantic import ValidationError
 
-from chariot_support.decoding import decode_image, parse_request
+from chariot_support.decoding import (
+    NUMERIC_DTYPES,
+    Tensor,
+    decode_image,
+    decode_tensor,
+    parse_request,
+    request_from_json,
+)
 from chariot_support.errors import ChariotError
 from chariot_support.tasks import TaskType
 
@@ -24,17 +33,77 @@ def client_error(call):
         return None
 
 
-@BOUNDED
-@given(body=requests_, task=st.sampled_from(list(TaskType)))
-def test_any_request_is_parsed_or_refused_as_a_client_error(body, task):
+def read_as_the_engine_does(body):
+    """The request a V2 body becomes: the engine's plain reading, else the server's request model; None when the
+    protocol's schema refuses it (the server turns that into a 400)."""
+    plain = request_from_json(body)
+    if plain is not None:
+        return plain
     try:
-        request = InferenceRequest.model_validate(body)
+        return InferenceRequest.model_validate(body)
     except ValidationError:
-        return  # the protocol's schema refuses it; the server turns that into a 400
-    parsed = client_error(lambda: parse_request(request, task))
-    for image in parsed.images if parsed else ():
-        pixels = client_error(lambda image=image: decode_image(image.encoded, f"input '{image.name}'"))
-        assert pixels is None or (pixels.ndim == 3 and pixels.shape[2] == 3 and pixels.dtype == np.uint8)
+        return None
+
+
+def flat(data) -> list:
+    return [v for item in data for v in flat(item)] if isinstance(data, list) else [data]
+
+
+def holds_what_was_sent(array: np.ndarray, tensor) -> bool:
+    datatype = getattr(tensor.datatype, "value", tensor.datatype)
+    sent = flat(tensor.data.root if hasattr(tensor.data, "root") else tensor.data)
+    if array.dtype != NUMERIC_DTYPES[datatype] or array.size != len(sent):
+        return False
+    if array.dtype.kind in "biu":
+        return [int(v) for v in array.ravel()] == [int(v) for v in sent]
+    expected = np.array(sent, np.float64).astype(array.dtype)
+    return np.array_equal(array.ravel(), expected, equal_nan=True)
+
+
+def test_any_request_is_parsed_or_refused_as_a_client_error():
+    reached = Counter()
+
+    @BOUNDED
+    @given(body=requests_, task=st.sampled_from(list(TaskType)))
+    def parsed_or_refused(body, task):
+        reached["generated"] += 1
+        request = read_as_the_engine_does(body)
+        if request is None:
+            return
+        reached["parse_request"] += 1
+        numeric = [t for t in request.inputs if getattr(t.datatype, "value", t.datatype) in NUMERIC_DTYPES]
+        reached["numeric tensors"] += len(numeric)
+        parsed = client_error(lambda: parse_request(request, task))
+        if parsed is None:
+            return
+        for tensor in numeric:
+            if tensor.name in parsed.tensors:
+                assert holds_what_was_sent(parsed.tensors[tensor.name], tensor), (tensor, parsed.tensors[tensor.name])
+        for image in parsed.images:
+            pixels = client_error(lambda image=image: decode_image(image.encoded, f"input '{image.name}'"))
+            assert pixels is None or (pixels.ndim == 3 and pixels.shape[2] == 3 and pixels.dtype == np.uint8)
+
+    parsed_or_refused()
+    # The strategies are built so that most bodies get past the protocol's schema to the engine's own parser, and
+    # numeric tensors are among them.
+    assert reached["parse_request"] >= 0.7 * reached["generated"], reached
+    assert reached["numeric tensors"] >= 0.2 * reached["generated"], reached
+
+
+def test_any_numeric_tensor_holds_what_was_sent_or_is_refused_as_a_client_error():
+    decoded = Counter()
+
+    @BOUNDED
+    @given(body=numeric_tensors())
+    def decoded_or_refused(body):
+        tensor = Tensor(**body)
+        array = client_error(lambda: decode_tensor(tensor, "input 'x'"))
+        decoded[array is not None] += 1
+        assert array is None or holds_what_was_sent(array, tensor), (body, array)
+
+    decoded_or_refused()
+    # Most of them fit their datatype and shape, so that what is checked is the values, not only the refusals.
+    assert decoded[True] >= decoded[False], decoded
 
 
 @BOUNDED

@@ -25,7 +25,9 @@ def answered_as_a_client(response):
         assert list(body) == ["error"] and body["error"], body
 
 
-@BOUNDED
+# Three in four of these bodies are valid envelopes that reach the engine's parser, and many are answered by predict:
+# half as many as the raw bodies take the same time.
+@settings(BOUNDED, max_examples=60)
 @given(body=requests_, path=st.sampled_from(PATHS))
 def test_any_json_body_gets_a_client_answer(engine, model_name, body, path):
     url = engine.url + path.format(model=model_name)

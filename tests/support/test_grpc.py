@@ -243,7 +243,7 @@ def test_the_engines_own_reading_answers_as_mlservers_converter_does(stub, model
 
 
 def test_only_plain_grpc_requests_are_read_by_the_engine_itself(model_name, scene):
-    from chariot_support.grpc_service import plain_grpc_request
+    from chariot_support.v2_grpc import plain_grpc_request
 
     body = chariot_request(image_input("image-0", scene.pixels, action="detect"), metadata="{}")
     plain = plain_grpc_request(grpc_request(body, model_name))

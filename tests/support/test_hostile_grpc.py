@@ -8,10 +8,10 @@ import grpc
 import pytest
 from grpc_attacks import (
     INFER_METHOD,
+    BothHealthProbe,
     RawCalls,
     call_all,
-    call_in_threads,
-    health_probes,
+    call_apart,
     infer_message,
     refused_count,
 )
@@ -41,7 +41,7 @@ def healthy(probe) -> None:
 def test_five_thousand_calls_at_once_are_served_or_refused_by_name_and_counted():
     with run_engine("faulty_engine", src=HERE) as engine:
         messages = [infer_message(fault="sleep", seconds="0.05") for _ in range(5000)]
-        with health_probes(engine) as probe:
+        with BothHealthProbe(engine) as probe:
             answers = call_all(engine, messages, channels=10)
         healthy(probe)
         codes = {code for code, _ in answers}
@@ -60,9 +60,8 @@ def test_forty_large_messages_at_once_stay_within_the_body_budget_and_memory_com
     # 60 MiB each, under the 64 MiB message limit: 2.4 GB of messages, which held past 6 GiB before.
     with run_engine("faulty_engine", src=HERE) as engine:
         start = rss_mib(engine.process.pid)
-        messages = [infer_message(padding=60 << 20) for _ in range(40)]
-        with health_probes(engine) as probe, RSSGuard(engine.process, LIMIT_MIB) as guard:
-            answers = call_in_threads(engine, messages)
+        with BothHealthProbe(engine) as probe, RSSGuard(engine.process, LIMIT_MIB) as guard:
+            answers = call_apart(engine, 40, padding=60 << 20)
         assert not guard.tripped, f"the engine passed {LIMIT_MIB} MiB and was killed"
         healthy(probe)
         for (code, details), _ in answers.items():
@@ -77,12 +76,12 @@ def test_forty_large_messages_at_once_stay_within_the_body_budget_and_memory_com
 
 
 def test_answers_a_client_never_reads_are_bounded_and_freed_when_it_leaves():
-    # 300 calls on one connection whose window is 0, each with a 1 MiB request id the answer would echo: past 2 GB
-    # held, and kept after the client left, before calls were counted until their answer is sent.
+    # 300 calls on one connection whose window is 0. With 1 MiB request ids echoed in each answer this held past
+    # 2 GB, kept after the client left; such ids are now refused at once, so each call carries the longest id taken.
     with run_engine("faulty_engine", src=HERE) as engine:
         start = rss_mib(engine.process.pid)
-        message = infer_message(request_id="r" * (1 << 20)).SerializeToString()
-        with health_probes(engine) as probe, RSSGuard(engine.process, LIMIT_MIB) as guard:
+        message = infer_message(request_id="r" * 256).SerializeToString()
+        with BothHealthProbe(engine) as probe, RSSGuard(engine.process, LIMIT_MIB) as guard:
             client = RawCalls(engine)
             try:
                 streams = [client.call(message) for _ in range(300)]
@@ -139,9 +138,8 @@ def test_six_png_bombs_over_grpc_stay_near_the_decode_budget():
     # Each 9,999 x 9,999 PNG decodes to 300 MB: the default 1,024 MiB budget holds three.
     with run_engine("faulty_engine", src=HERE) as engine:
         start = rss_mib(engine.process.pid)
-        messages = [infer_message(side=9_999) for _ in range(6)]
-        with health_probes(engine) as probe, RSSGuard(engine.process, 2048) as guard:
-            answers = call_in_threads(engine, messages)
+        with BothHealthProbe(engine) as probe, RSSGuard(engine.process, 2048) as guard:
+            answers = call_apart(engine, 6, side=9_999)
         assert not guard.tripped
         healthy(probe)
         assert {code for code, _ in answers} <= {"OK", "UNAVAILABLE"}, answers

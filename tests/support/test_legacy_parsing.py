@@ -1,6 +1,7 @@
 """Unit tests of chariot_support.legacy: V1 / TF Serving bodies read into V2's parsed request, and the answers."""
 
 import base64
+import json
 import math
 
 import cv2
@@ -9,6 +10,7 @@ import pytest
 
 from chariot_support.decoding import Limits, decode_image
 from chariot_support.errors import BadRequest, InvalidResult
+from chariot_support.inference import Answer, Answered
 from chariot_support.legacy import (
     STATUS_PATH,
     VERB_PATH,
@@ -17,7 +19,7 @@ from chariot_support.legacy import (
     parse_classify,
     parse_predict,
     read_body,
-    render_classify,
+    render,
 )
 from chariot_support.runtime import validate_explanations
 from chariot_support.tasks import TaskType
@@ -181,9 +183,27 @@ def test_metadata_offers_classify_only_for_image_classification():
     assert set(model_metadata("m", "1", OD)["metadata"]["signature_def"]["signature_def"]) == {"serving_default"}
 
 
+def answer_of(*results: bytes, explanations=None) -> Answer:
+    answered = Answered(
+        names=tuple(f"instances[{i}]" for i in range(len(results))),
+        results=results,
+        image_metadata=(None,) * len(results),
+        explanations=explanations,
+    )
+    return Answer(answered, "id-1", "m-demo", "1", {})
+
+
 def test_classify_renders_label_score_pairs():
-    assert render_classify([[{"label": "a", "score": 0.7}, {"label": "b", "score": 0.3}], []]) == {
-        "results": [[["a", 0.7], ["b", 0.3]], []]
+    answer = answer_of(b'[{"label":"a","score":0.7},{"label":"b","score":0.3}]', b"[]")
+    assert json.loads(render("classify", answer)) == {"results": [[["a", 0.7], ["b", 0.3]], []]}
+
+
+def test_predict_and_explain_render_each_images_results_in_order():
+    answer = answer_of(b'[{"label":"a","score":0.7}]', b"[]", explanations=({"saliency": [1]}, {"saliency": [2]}))
+    assert json.loads(render("predict", answer)) == {"predictions": [[{"label": "a", "score": 0.7}], []]}
+    assert json.loads(render("explain", answer)) == {
+        "predictions": [[{"label": "a", "score": 0.7}], []],
+        "explanations": [{"saliency": [1]}, {"saliency": [2]}],
     }
 
 

@@ -1,6 +1,7 @@
 """The checks every baked engine's test_model.py holds its author's model to: they pass on each demo model served,
 and each refuses what Chariot could not use, with a sentence naming the picture."""
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -17,9 +18,11 @@ from chariot_support.model_check import (
     start_failure,
 )
 from chariot_support.tasks import TaskType
-from template_paths import ENGINE_TEMPLATE
+from chariot_support.testing import run_engine
+from template_paths import ENGINE_TEMPLATE, TEMPLATE_ROOT
 
 SAMPLES = ENGINE_TEMPLATE / "samples"
+ODD_MODELS = TEMPLATE_ROOT / "tests" / "odd_models"
 
 
 def test_every_demo_model_passes_the_checks(engine, model_name, task):
@@ -84,3 +87,32 @@ def test_a_start_failure_names_model_dir_only_when_it_is_missing(tmp_path):
     missing = start_failure(tmp_path / "nope", log)
     assert f"MODEL_DIR is {tmp_path / 'nope'}, which does not exist" in missing and missing.endswith("labels.txt")
     assert "MODEL_DIR" not in start_failure(Path(tmp_path), log)
+
+
+def racy_engine(folder: Path) -> Path:
+    """An engine package serving odd_models/one_at_a_time.py, a model whose concurrent calls on one instance corrupt
+    each other's answers, with the false claim that it is thread-safe."""
+    package = folder / "racy_engine"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    shutil.copy(ODD_MODELS / "one_at_a_time.py", package / "model.py")
+    (package / "claimed.py").write_text(
+        "from .model import Model\n\n\nclass ClaimsThreadSafe(Model):\n    thread_safe = True\n"
+    )
+    (package / "__main__.py").write_text(
+        "from chariot_support.server import serve\n\nfrom .claimed import ClaimsThreadSafe\n\n"
+        "serve(ClaimsThreadSafe, default_model_id='racy')\n"
+    )
+    return folder
+
+
+def test_the_concurrency_check_fails_a_model_that_falsely_says_it_is_thread_safe(tmp_path):
+    # Served as it says (thread_safe = False), the same model passes the check: tests/test_any_model.py runs the
+    # baked engine's own suite on it. Here it claims thread safety, and four worker threads share its instance.
+    env = {"CHARIOT_THREADS": "4"}
+    with run_engine("racy_engine", src=racy_engine(tmp_path), env=env) as engine:
+        served = ServedModel(engine.url, "m-racy", TaskType.IMAGE_SEGMENTATION, sample_pictures(SAMPLES))
+        answers = served.infer()
+        assert [r["label"] for results in answers for r in results] == ["bright region 1", "bright region 2"]
+        same = [same_answers(concurrent, answers) for concurrent in served.infer_concurrently()]
+    assert not all(same), "concurrent calls on one instance corrupt this model's answers; the check missed it"

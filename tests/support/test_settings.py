@@ -55,8 +55,15 @@ def test_defaults_and_values_read_from_the_environment():
 @pytest.mark.parametrize(
     "name, value, message",
     [
-        ("CHARIOT_THREADS", "many", "CHARIOT_THREADS must be a whole number, at least 1, got 'many'"),
-        ("CHARIOT_THREADS", "0", "CHARIOT_THREADS must be a whole number, at least 1, got '0'"),
+        ("CHARIOT_THREADS", "many", "CHARIOT_THREADS must be a whole number, at least 0, got 'many'"),
+        ("CHARIOT_THREADS", "-1", "CHARIOT_THREADS must be a whole number, at least 0, got '-1'"),
+        (
+            "CHARIOT_MAX_BATCH_WAIT_MS",
+            "0",
+            "CHARIOT_MAX_BATCH_WAIT_MS must be a positive number of milliseconds, got '0'",
+        ),
+        ("CHARIOT_REPOSITORY_API", "ture", "CHARIOT_REPOSITORY_API must be one of 1, true, yes, on, 0, false, no, off"),
+        ("CHARIOT_PREDICT_INLINE", "enabled", "CHARIOT_PREDICT_INLINE must be one of 1, true, yes, on, 0, false, no"),
         ("CHARIOT_PREDICT_TIMEOUT", "0", "CHARIOT_PREDICT_TIMEOUT must be a positive number of seconds, got '0'"),
         ("CHARIOT_PREDICT_TIMEOUT", "inf", "CHARIOT_PREDICT_TIMEOUT must be a positive number of seconds"),
         ("CHARIOT_GRPC_GRACE", "-1", "CHARIOT_GRPC_GRACE must be a number of seconds, at least 0, got '-1'"),
@@ -66,3 +73,27 @@ def test_defaults_and_values_read_from_the_environment():
 def test_a_value_that_cannot_be_used_names_the_variable(name, value, message):
     with pytest.raises(ValueError, match=re.escape(message)):
         EngineSettings.from_env({name: value})
+
+
+def test_the_defaults_written_out_are_accepted():
+    """Every default, set explicitly, reads back as the default: CHARIOT_THREADS=0 means one per CPU."""
+    explicit = {name: ("off" if value is False else str(value)) for name, value in EngineSettings.variables().items()}
+    assert EngineSettings.from_env(explicit) == EngineSettings.from_env({})
+
+
+@pytest.mark.parametrize("word, value", [("off", False), ("No", False), ("0", False), ("TRUE", True), ("on", True)])
+def test_booleans_take_the_usual_words(word, value):
+    assert EngineSettings.from_env({"CHARIOT_API_DOCS": word}).api_docs is value
+
+
+def test_the_readme_names_the_mlserver_variables_that_change_the_engine():
+    text = (ENGINE_TEMPLATE / "README.md").read_text()
+    table = text[text.index("### Environment variables") :].split("\n\n")[1]
+    for name in (
+        "MLSERVER_CORS_SETTINGS",
+        "MLSERVER_GZIP_ENABLED",
+        "MLSERVER_CACHE_ENABLED",
+        "MLSERVER_GRPC_MAX_MESSAGE_LENGTH",
+        "MLSERVER_PARALLEL_WORKERS",
+    ):
+        assert f"`{name}" in table, f"{name} is not in the engine README's table of variables"

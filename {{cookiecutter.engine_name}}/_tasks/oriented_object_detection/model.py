@@ -1,8 +1,11 @@
-"""Your model: the one file to edit. Replace load and predict with your own; the engine does the rest.
+"""Your model: the one file to edit.
 
-Everything Chariot-specific (decoding requests, checking and formatting results, metadata passthrough,
-routes) lives in `chariot_support`. Until you replace it, predict runs a demo that finds saturated red,
-green and blue regions, so the engine gives real results right away.
+Required: `task_type`, `load` and `predict`. Optional: `thread_safe`, and `explain` for the V1 `:explain` route
+(see `chariot_support.ChariotModel`). The engine does everything else: decoding requests, checking and formatting
+results, `action` and `score_threshold`, metadata passthrough, routes.
+
+Until you replace them, load and predict run a demo that finds saturated red, green and blue regions, so the engine
+gives real results right away; examples/model.py is the same task with a real ONNX model.
 """
 
 from __future__ import annotations
@@ -17,30 +20,23 @@ from chariot_support.demo import ColourFinder
 
 
 class Model(ChariotModel):
-    task_type = TaskType.ORIENTED_OBJECT_DETECTION
-    thread_safe = True  # the demo keeps no per-request state
+    task_type = TaskType.ORIENTED_OBJECT_DETECTION  # required: the Chariot result format predict returns
+    # Optional (default False): True when predict may run for several requests at once. The demo keeps no
+    # per-request state; a model that keeps some on self leaves it False, and the engine runs one predict at a time.
+    thread_safe = True
 
     def load(self, model_dir: Path) -> None:
-        # Read weights, labels and settings from model_dir (Chariot unpacks the model there; MODEL_DIR,
-        # default /mnt/models). The demo reads optional thresholds from model_dir/colours.json.
+        # Required: read weights, labels and settings from model_dir (Chariot unpacks the model there; MODEL_DIR,
+        # default /mnt/models). Replace the demo's finder with your model.
         self.finder = ColourFinder.from_dir(model_dir)
 
     def predict(self, images: Sequence[Image], tensors: Mapping[str, np.ndarray]) -> list[list[OrientedDetection]]:
-        # from_rotated_rect normalises a pixel rectangle from cv2.minAreaRect by the image size, r in radians.
+        # Required: one list of results per image, in order. from_rotated_rect normalises a pixel rectangle
+        # from cv2.minAreaRect by the image size, r in radians.
         return [
             [
                 OrientedDetection.from_rotated_rect(r.label, r.score, r.rotated_box, image.width, image.height)
                 for r in self.finder.find(image.pixels)
             ]
             for image in images
-        ]
-
-    def explain(
-        self, images: Sequence[Image], tensors: Mapping[str, np.ndarray], results: Sequence[Sequence[OrientedDetection]]
-    ) -> list[dict]:
-        # Optional: answers POST /v1/models/<name>:explain with one explanation per image. The demo explains by
-        # occlusion, one importance per result in `results` (what the engine answers for that image).
-        return [
-            {"importance_scores": self.finder.occlusion(image.pixels, chosen)}
-            for image, chosen in zip(images, results, strict=True)
         ]

@@ -52,7 +52,7 @@ class MemoryBudget:
         never be served."""
         pixels = largest = 0
         for image in images:
-            width, height, _ = image_header(image.encoded, f"input '{image.name}'", self._limits)
+            width, height, _ = image_header(image.encoded, image.where, self._limits, image.item)
             pixels += width * height
             largest = max(largest, width * height)
         if pixels > self._settings.max_request_pixels:

@@ -15,9 +15,10 @@ from .tasks import TaskType
 class ChariotModel:
     """An engine's model. The engine creates it once, calls `load` once, then `predict` per request.
 
-    `task_type` says which Chariot result format predict returns. Set `thread_safe = True` when predict may run
-    for several requests at once (most frameworks allow it); otherwise the engine calls each copy of the model
-    (`copies`) one request at a time.
+    Required: `task_type` (which Chariot result format predict returns), `load` and `predict`.
+    Optional: `thread_safe = True` when predict may run for several requests at once (most frameworks allow it;
+    otherwise the engine calls each copy of the model one request at a time), `copies` for a model that is not
+    thread-safe, and `explain`. Set by the engine: `threads`, read it in `load`.
     """
 
     task_type: ClassVar[TaskType]

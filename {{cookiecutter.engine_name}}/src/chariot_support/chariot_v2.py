@@ -1,11 +1,12 @@
 """Chariot's `chariot-v2` protocol at `/infer`: one image per JSON object (`{"input": "<base64>", "parameters": {}}`),
 one object per line in JSONL, or the image file itself as the body with its parameters in a header. Read into the
-same parsed request as chariot-v2-kserve, answered `{"output": [<results>]}` by the same predict."""
+same request as chariot-v2-kserve, each image named in messages as its sender knows it (the body, line 3), and
+answered `{"output": [<results>]}`."""
 
 from __future__ import annotations
 
 import base64
-import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -13,10 +14,9 @@ from typing import Any
 import orjson
 
 from .decoding import _IMAGE_MAGIC as IMAGE_MAGIC
-from .decoding import DEFAULT_LIMITS, Limits, ParsedRequest, Request, Tensor, check_base64, parse_request
+from .decoding import Place, Request, Tensor, check_base64
 from .errors import BadRequest
 from .settings import config
-from .tasks import TaskType
 
 PARAMETERS_HEADER = "chariot-inference-parameters"
 JSON_TYPES = ("application/json", "text/json")
@@ -53,7 +53,7 @@ def media_type(content_type: str | None) -> str:
 @dataclass(frozen=True)
 class ChariotV2Request:
     form: Form
-    parsed: ParsedRequest
+    request: Request
 
 
 def choose(protocol: Protocol, content_type: str | None, body: bytes) -> tuple[Protocol, Any]:
@@ -113,38 +113,79 @@ def form_of(content_type: str | None, body: bytes, decoded: Any = None) -> Form:
 
 
 def parse(
-    body: bytes,
-    content_type: str | None,
-    parameters_header: str | None,
-    task: TaskType,
-    limits: Limits = DEFAULT_LIMITS,
-    *,
-    decoded: Any = None,
+    body: bytes, content_type: str | None, parameters_header: str | None, max_inputs: int, *, decoded: Any = None
 ) -> ChariotV2Request:
-    """Read a chariot-v2 request into the parsed form the runtime predicts from; `decoded` is the JSON body when
-    the caller has already read it. Every rejection names the line, field or header at fault."""
+    """Read a chariot-v2 request into the request the runtime answers; `decoded` is the JSON body when the caller
+    has already read it. Every rejection names the line, field or header at fault."""
     form = form_of(content_type, body, decoded)
     if form is Form.JSONL:
-        lines = [(n, line) for n, line in enumerate(body.splitlines(), 1) if line.strip()]
-        if not lines:
+        inputs = []
+        for n, line in jsonl_lines(body):
+            if len(inputs) == max_inputs:
+                raise too_many_lines(max_inputs)
+            inputs.append(_json_input(read_json(line, f"line {n}"), Place(f"line {n}", "'input'"), f"line-{n}"))
+        if not inputs:
             raise BadRequest(_empty_message(Protocol.CHARIOT_V2))
-        if len(lines) > limits.max_inputs:
-            raise BadRequest(
-                f"the request has {len(lines)} lines; this engine takes at most {limits.max_inputs} images per request"
-            )
-        inputs = [_json_input(read_json(line, f"line {n}"), f"line {n}", f"line-{n}") for n, line in lines]
-        return ChariotV2Request(Form.JSONL, _parsed(inputs, task, limits))
+        return ChariotV2Request(Form.JSONL, Request(inputs=inputs))
     if form is Form.JSON:
         value = decoded if decoded is not None else read_json(body, "the request body")
-        return ChariotV2Request(Form.JSON, _parsed([_json_input(value, "the request body", "input")], task, limits))
+        place = Place("the request body", "'input'")
+        return ChariotV2Request(Form.JSON, Request(inputs=[_json_input(value, place, "input")]))
     if not body:
         raise BadRequest(_empty_message(Protocol.CHARIOT_V2))
     image = base64.b64encode(body).decode("ascii")
+    place = Place("the request body", "the image", f"the {PARAMETERS_HEADER} header", apart=True)
     settings = _header_parameters(parameters_header)
-    return ChariotV2Request(Form.FILE, _parsed([("body", image, settings)], task, limits))
+    return ChariotV2Request(
+        Form.FILE, Request(inputs=[Tensor("body", [image], parameters=settings or None, place=place)])
+    )
 
 
-def _json_input(value: Any, where: str, name: str) -> tuple[str, str, dict]:
+def jsonl_lines(body: bytes) -> Iterator[tuple[int, bytes]]:
+    """The non-blank lines of a JSONL body with their numbers, one at a time: a body of millions of lines is never
+    split into a list."""
+    start, number = 0, 0
+    while start < len(body):
+        end = body.find(b"\n", start)
+        end = len(body) if end == -1 else end
+        number += 1
+        line = body[start:end]
+        if line.strip():
+            yield number, line
+        start = end + 1
+
+
+def too_many_lines(max_inputs: int) -> BadRequest:
+    return BadRequest(
+        f"the request has more than {max_inputs} lines; this engine takes at most {max_inputs} images per request"
+        " (CHARIOT_MAX_INPUTS)"
+    )
+
+
+class LineCounter:
+    """Counts the non-blank lines of a JSONL body chunk by chunk as it arrives, so that the limit on images is
+    checked while the body is read, not after."""
+
+    def __init__(self, max_inputs: int):
+        self.max_inputs = max_inputs
+        self.lines = 0
+        self._open = False  # the last chunk ended inside a line that has something in it
+
+    def add(self, chunk: bytes) -> None:
+        """Count `chunk`'s lines; BadRequest once there are more than the limit."""
+        parts = chunk.split(b"\n")
+        for index, part in enumerate(parts):
+            if part.strip() and not self._open:
+                self.lines += 1
+                self._open = True
+            if index < len(parts) - 1:
+                self._open = False
+        if self.lines > self.max_inputs:
+            raise too_many_lines(self.max_inputs)
+
+
+def _json_input(value: Any, place: Place, name: str) -> Tensor:
+    where = place.input
     if not isinstance(value, dict):
         raise BadRequest(f'{where} must be a JSON object {{"input": "<base64>", ...}}, got {type(value).__name__}')
     unknown = sorted(set(value) - set(_KEYS))
@@ -161,7 +202,7 @@ def _json_input(value: Any, where: str, name: str) -> tuple[str, str, dict]:
         parameters = {}
     if not isinstance(parameters, dict):
         raise BadRequest(f"{where}: 'parameters' must be a JSON object, got {type(parameters).__name__}")
-    return name, image, _settings(parameters, f"{where}: 'parameters'")
+    return Tensor(name, [image], parameters=_settings(parameters, f"{where}: 'parameters'") or None, place=place)
 
 
 def _header_parameters(value: str | None) -> dict:
@@ -182,21 +223,6 @@ def _settings(values: dict, where: str) -> dict:
     if reserved:
         raise BadRequest(f"{where}: {reserved[0]!r} is not a setting this engine takes")
     return values
-
-
-def _parsed(inputs: list[tuple[str, str, dict]], task: TaskType, limits: Limits) -> ParsedRequest:
-    """Each image becomes one chariot-v2-kserve image input, so its settings follow the same rules word for word."""
-    request = Request(inputs=[Tensor(name=name, data=[image], parameters=own or None) for name, image, own in inputs])
-    return parse_request(request, task, limits)
-
-
-def reword(message: str, form: Form) -> str:
-    """A shared check's message in chariot-v2's words: its images are lines, the body or 'input', not tensors."""
-    if form is Form.FILE:
-        message = message.replace("input 'body'", "the request body").replace(": data[0] ", ": the image ")
-        return message.replace(" in parameters", f" in the {PARAMETERS_HEADER} header")
-    message = re.sub(r"input 'line-(\d+)'", r"line \1", message.replace("input 'input'", "the request body"))
-    return message.replace(": data[0] ", ": 'input' ")
 
 
 def render(results: list[bytes], form: Form) -> tuple[bytes, str]:

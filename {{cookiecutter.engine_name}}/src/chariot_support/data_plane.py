@@ -1,12 +1,10 @@
 """The engine's data plane over MLServer's: the model named as Chariot names it, readiness that means loaded,
-and the model repository of the one model an engine serves."""
+inference through the one pipeline, and the model repository of the one model an engine serves."""
 
 from __future__ import annotations
 
-import dataclasses
 import logging
-import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -24,16 +22,12 @@ from mlserver.types import (
 )
 
 from . import model_id as model_id_rule
-from .decoding import Request as V2Request
-from .errors import ChariotError, NotFound
+from . import v2
+from .errors import ChariotError, DoesNotStream, NotFound
 from .internals import (
     SERVING_ERRORS,
-    call_runtime,
-    response_headers,
-    served_inference,
-    unwrap_worker_error,
 )
-from .logs import header_request_id, note_request_id
+from .pipeline import Pipeline
 from .settings import config
 
 logger = logging.getLogger("chariot_support")
@@ -48,7 +42,8 @@ class ChariotDataPlane:
         self.model_registry = model_registry
         self.model_name = model_name
         self._pinned = pinned
-        self.workers = None  # the WorkerWatch (workers.py)  # set when the model runs in parallel workers
+        self.workers = None  # the WorkerWatch (workers.py), when the model runs in parallel workers
+        self.pipeline = Pipeline(self, inner)  # every inference request's one way to the model
 
     async def live(self) -> bool:
         return await self._inner.live()
@@ -57,9 +52,7 @@ class ChariotDataPlane:
         return await self._inner.metadata()
 
     async def infer_stream(self, payload: Any, name: str, version: str | None = None):
-        raise ChariotError(
-            "this engine does not stream: send each request to /v2/models/<name>/infer (or gRPC ModelInfer)", 501
-        )
+        raise DoesNotStream()
 
     def resolve(self, name: str) -> str:
         """Chariot addresses the model as m-<id> with an id chosen at deploy time; any such name reaches the
@@ -89,50 +82,10 @@ class ChariotDataPlane:
             ) from None
 
     async def infer(self, payload: InferenceRequest, name: str, version: str | None = None) -> InferenceResponse:
-        if not payload.id:
-            headers = payload.parameters.headers if payload.parameters is not None else None
-            payload.id = header_request_id(headers or {})
-        with self.named(name, version) as resolved:
-            # Names and versions that are not served end here, before MLServer makes metric labels of them.
-            await self.model_registry.get_model(resolved, version)
-            try:
-                response = await self._inner.infer(payload, resolved, version)
-            except ModelNotFound:
-                raise
-            except SERVING_ERRORS as error:
-                raise unwrap_worker_error(error) from None
-        response.model_name = name
-        return response
-
-    async def infer_body(
-        self, body: V2Request, name: str, version: str | None, headers: Mapping[str, str]
-    ) -> tuple[bytes, dict[str, str]]:
-        """The engine's own V2 inference over REST: a request read from JSON in, the response's JSON text and headers
-        out, with MLServer's metrics, model context and response headers, and no request or response models."""
-        return await self._serve_plain("infer_body", body, name, version, headers)
-
-    async def infer_outputs(
-        self, body: V2Request, name: str, version: str | None, headers: Mapping[str, str]
-    ) -> tuple[dict, dict[str, str]]:
-        """The same for gRPC: the response as a dict whose outputs hold each image's results as JSON bytes."""
-        return await self._serve_plain("infer_outputs", body, name, version, headers)
-
-    async def _serve_plain(
-        self, method: str, body: V2Request, name: str, version: str | None, headers: Mapping[str, str]
-    ) -> tuple[Any, dict[str, str]]:
-        request_id = body.id or header_request_id(headers) or str(uuid.uuid4())
-        note_request_id(request_id)
-        with self.named(name, version) as resolved:
-            await self.model_registry.get_model(resolved, version)  # before any metric is labelled with the name
-            async with served_inference(self._inner, resolved, version) as model:
-                try:
-                    answer = await call_runtime(
-                        model, method, dataclasses.replace(body, id=request_id), request_id, name
-                    )
-                except SERVING_ERRORS as error:
-                    raise unwrap_worker_error(error) from None
-                extra = response_headers(self._inner, model, request_id)
-        return answer, extra
+        """MLServer's inference API, answered by the engine's one pipeline like every other request."""
+        headers = (payload.parameters.headers if payload.parameters is not None else None) or {}
+        answer = await self.pipeline.answer(v2.request_from_model(payload), headers, name, version)
+        return InferenceResponse.model_validate_json(v2.render(answer))
 
     async def ready(self) -> bool:
         # MLServer calls a server with no models ready; an engine is ready only once its model is loaded.

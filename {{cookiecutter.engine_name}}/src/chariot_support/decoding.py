@@ -36,6 +36,7 @@ NUMERIC_DTYPES = {
     "FP32": np.float32,
     "FP64": np.float64,
 }
+# What an HTTP header value may hold (Latin-1 text without line breaks): ids are echoed in response headers.
 HEADER_TEXT = re.compile(r"[\t\x20-\x7e\x80-\xff]*")
 # BYTES inputs carry images unless they say they carry text.
 IMAGE_CONTENT_TYPES = (None, "base64", "image", "pil_image", "img")
@@ -56,6 +57,17 @@ DEFAULT_LIMITS = Limits()
 
 
 @dataclass(frozen=True)
+class Place:
+    """How messages name an image input that is not a V2 tensor to its sender (chariot-v2's body or JSONL lines):
+    the input itself, the image within it, and where its own settings came from."""
+
+    input: str
+    data: str = "data[0]"
+    parameters: str = "parameters"
+    apart: bool = False  # its settings came apart from it (a header): messages about them name that place first
+
+
+@dataclass(frozen=True)
 class ImageInput:
     """One image input as sent, before its pixels are decoded."""
 
@@ -66,6 +78,14 @@ class ImageInput:
     prompts: tuple[str, ...]
     parameters: Mapping[str, Any]
     metadata: str | None
+    where: str = ""  # the input as messages name it, e.g. "input 'image-0'"
+    item: str = ""  # the image within it, e.g. "input 'image-0': data[0]"
+
+    def __post_init__(self) -> None:
+        if not self.where:
+            object.__setattr__(self, "where", f"input '{self.name}'")
+        if not self.item:
+            object.__setattr__(self, "item", f"{self.where}: data[0]")
 
 
 @dataclass(frozen=True)
@@ -110,6 +130,7 @@ class Tensor:
     shape: list[int] = field(default_factory=lambda: [1])
     datatype: str = "BYTES"
     parameters: Mapping[str, Any] | None = None
+    place: Place | None = None  # how messages name it, where the sender does not know it as a tensor
 
 
 @dataclass(frozen=True)
@@ -183,12 +204,6 @@ def parse_request(request: Any, task: TaskType, limits: Limits = DEFAULT_LIMITS)
         raise BadRequest("the request has no inputs: send at least one image as a BYTES input")
     if len(request.inputs) > limits.max_inputs:
         raise BadRequest(f"the request has {len(request.inputs)} inputs; this engine takes at most {limits.max_inputs}")
-    if request.id is not None and not HEADER_TEXT.fullmatch(request.id):
-        # The id goes back in response headers, which hold Latin-1 text without line breaks only.
-        raise BadRequest(
-            f"the request id {request.id[:100]!r} cannot travel in an HTTP header: use letters, digits and"
-            " punctuation (a UUID is usual)"
-        )
     shared = parameters_of(request.parameters)
     metadata = read_metadata(shared, "parameters.metadata")
     images: list[ImageInput] = []
@@ -196,7 +211,8 @@ def parse_request(request: Any, task: TaskType, limits: Limits = DEFAULT_LIMITS)
     seen: set[str] = set()
     elements = 0
     for index, tensor in enumerate(request.inputs):
-        where = f"input '{tensor.name}'" if tensor.name else f"inputs[{index}]"
+        place = getattr(tensor, "place", None)
+        where = place.input if place is not None else f"input '{tensor.name}'" if tensor.name else f"inputs[{index}]"
         if not tensor.name:
             raise BadRequest(f"{where} has an empty name; give every input a name")
         if tensor.name in seen:
@@ -205,7 +221,7 @@ def parse_request(request: Any, task: TaskType, limits: Limits = DEFAULT_LIMITS)
         own = parameters_of(tensor.parameters)
         content_type = own.get("content_type")
         if _datatype(tensor) == "BYTES" and content_type in IMAGE_CONTENT_TYPES:
-            images.append(_image_input(tensor, where, own, shared, task))
+            images.append(_image_input(tensor, place or Place(where), own, shared, task))
         else:
             tensors[tensor.name] = decode_tensor(tensor, where)
             elements += tensors[tensor.name].size
@@ -235,28 +251,32 @@ def read_metadata(parameters: Mapping[str, Any], where: str) -> str | None:
     return value
 
 
-def _setting(name: str, own: Mapping[str, Any], shared: Mapping[str, Any]) -> tuple[Any, str]:
+def _setting(name: str, own: Mapping[str, Any], shared: Mapping[str, Any], place: Place):
+    """The value of setting `name` for one image, and a function naming it in messages: `named(what)`."""
     if name in own:
-        return own[name], "parameters"
-    return shared.get(name), "request parameters"
+        if place.apart:
+            return own[name], lambda what: f"{place.parameters}: {what}"
+        return own[name], lambda what: f"{place.input}: {what} in {place.parameters}"
+    return shared.get(name), lambda what: f"{place.input}: {what} in request parameters"
 
 
 def _image_input(
-    tensor: Any, where: str, own: Mapping[str, Any], shared: Mapping[str, Any], task: TaskType
+    tensor: Any, place: Place, own: Mapping[str, Any], shared: Mapping[str, Any], task: TaskType
 ) -> ImageInput:
+    where, item = place.input, f"{place.input}: {place.data}"
     values = _flat_data(tensor)
     _check_shape(tensor.shape, len(values), where)
     if len(values) != 1:
         raise BadRequest(f"{where} holds {len(values)} images; send each image as its own input with shape [1]")
-    action, source = _setting("action", own, shared)
+    action, named = _setting("action", own, shared, place)
     if action is None:
         action = task.actions[0]
     elif action not in task.actions:
         allowed = ", ".join(repr(a) for a in task.actions)
-        raise BadRequest(f"{where}: unknown action {action!r} in {source} for {task.value}; allowed: {allowed}")
-    threshold, source = _setting("score_threshold", own, shared)
-    prompts, prompts_source = _setting("prompts", own, shared)
-    prompts = _read_prompts(prompts, f"{where}: 'prompts' in {prompts_source}")
+        raise BadRequest(f"{named(f'unknown action {action!r}')} for {task.value}; allowed: {allowed}")
+    threshold, threshold_named = _setting("score_threshold", own, shared, place)
+    prompts, prompts_named = _setting("prompts", own, shared, place)
+    prompts = _read_prompts(prompts, prompts_named("'prompts'"))
     if task is TaskType.IMAGE_TEXT_TO_TEXT and not prompts:
         raise BadRequest(
             f"{where}: Image Text to Text needs a 'prompts' parameter: a list of questions about the image"
@@ -264,12 +284,16 @@ def _image_input(
     merged = {k: v for k, v in {**shared, **own}.items() if k != "metadata"}
     return ImageInput(
         name=tensor.name,
-        encoded=_image_bytes(values[0], where),
+        encoded=_image_bytes(values[0], item),
         action=action,
-        score_threshold=_read_threshold(threshold, f"{where}: 'score_threshold' in {source}"),
+        score_threshold=_read_threshold(threshold, threshold_named("'score_threshold'")),
         prompts=prompts,
         parameters=merged,
-        metadata=read_metadata(own, f"{where}: parameters.metadata"),
+        metadata=read_metadata(
+            own, f"{place.parameters}: 'metadata'" if place.apart else f"{where}: parameters.metadata"
+        ),
+        where=where,
+        item=item,
     )
 
 
@@ -322,14 +346,14 @@ def check_base64(text: str, where: str) -> None:
         raise BadRequest(f"{where} is empty; send the image file as base64")
 
 
-def _image_bytes(value: Any, where: str) -> bytes:
+def _image_bytes(value: Any, item: str) -> bytes:
     if isinstance(value, (bytes, bytearray)):
         if bytes(value[:4]).startswith(_IMAGE_MAGIC):
             return bytes(value)
         value = bytes(value).decode("ascii", errors="replace")
     if not isinstance(value, str):
-        raise BadRequest(f"{where}: data[0] must be a base64 string of an image file, got {type(value).__name__}")
-    refuse_data_url(value, f"{where}: data[0]")
+        raise BadRequest(f"{item} must be a base64 string of an image file, got {type(value).__name__}")
+    refuse_data_url(value, item)
     try:
         raw = base64.b64decode(value, validate=True)
     except (binascii.Error, ValueError):
@@ -337,11 +361,9 @@ def _image_bytes(value: Any, where: str) -> bytes:
             # Tolerate line-wrapped base64 (MIME style), nothing else.
             raw = base64.b64decode("".join(value.split()), validate=True)
         except (binascii.Error, ValueError) as exc:
-            raise BadRequest(
-                f"{where}: data[0] is not valid base64 ({exc}); send the image file as standard base64"
-            ) from None
+            raise BadRequest(f"{item} is not valid base64 ({exc}); send the image file as standard base64") from None
     if not raw:
-        raise BadRequest(f"{where}: data[0] is empty; send the image file as base64")
+        raise BadRequest(f"{item} is empty; send the image file as base64")
     return raw
 
 
@@ -372,8 +394,11 @@ def _quick_header(encoded: bytes) -> tuple[int, int, str] | None:
     return None
 
 
-def image_header(encoded: bytes, where: str, limits: Limits = DEFAULT_LIMITS) -> tuple[int, int, str | None]:
-    """Width, height and format of an image file, read from its header alone and checked against the limits."""
+def image_header(
+    encoded: bytes, where: str, limits: Limits = DEFAULT_LIMITS, item: str = ""
+) -> tuple[int, int, str | None]:
+    """Width, height and format of an image file, read from its header alone and checked against the limits.
+    `where` names the input in messages, `item` the image within it (by default `where`'s data[0])."""
     quick = _quick_header(encoded)
     if quick is not None and quick[0] and quick[1]:  # Pillow has its own word for a file of no pixels
         width, height, kind = quick
@@ -398,7 +423,7 @@ def image_header(encoded: bytes, where: str, limits: Limits = DEFAULT_LIMITS) ->
         ) from None
     except (PIL.UnidentifiedImageError, OSError, ValueError):
         raise BadRequest(
-            f"{where}: data[0] is not an image this engine can read (JPEG, PNG, BMP, TIFF, WebP, GIF)"
+            f"{item or where + ': data[0]'} is not an image this engine can read (JPEG, PNG, BMP, TIFF, WebP, GIF)"
         ) from None
     return _checked(width, height, kind, where, limits)
 
@@ -413,9 +438,9 @@ def _checked(width: int, height: int, kind: str | None, where: str, limits: Limi
     return width, height, kind
 
 
-def decode_image(encoded: bytes, where: str, limits: Limits = DEFAULT_LIMITS) -> np.ndarray:
+def decode_image(encoded: bytes, where: str, limits: Limits = DEFAULT_LIMITS, item: str = "") -> np.ndarray:
     """Decode an image file to RGB uint8 pixels (H, W, 3), honouring EXIF orientation."""
-    _, _, kind = image_header(encoded, where, limits)
+    _, _, kind = image_header(encoded, where, limits, item)
     if not _complete(encoded, kind):
         raise BadRequest(f"{where}: the {kind} file is cut short (it has no end marker); send the whole file")
     buffer = np.frombuffer(encoded, np.uint8)
@@ -423,7 +448,7 @@ def decode_image(encoded: bytes, where: str, limits: Limits = DEFAULT_LIMITS) ->
     if pixels is None and kind == "TIFF":
         pixels = _float_tiff(buffer)
     if pixels is None:
-        raise BadRequest(f"{where}: data[0] could not be decoded as an image; is the file complete?")
+        raise BadRequest(f"{item or where + ': data[0]'} could not be decoded as an image; is the file complete?")
     return pixels
 
 
@@ -550,7 +575,8 @@ def decode_tensor(tensor: Any, where: str) -> np.ndarray:
             if not all(info.min <= v <= info.max for v in values):
                 raise BadRequest(f"{where}: a value is out of range for {datatype} ({info.min}..{info.max})")
             return np.array([int(v) for v in values], dtype=target).reshape(shape)
-        if array.size and (array.min() < info.min or array.max() > info.max):
+        # Compared as Python ints: numpy cannot compare its booleans with UINT64's maximum.
+        if array.size and (int(array.min()) < info.min or int(array.max()) > info.max):
             raise BadRequest(f"{where}: a value is out of range for {datatype} ({info.min}..{info.max})")
         return array.astype(target).reshape(shape)
     if kind == "b" or any(isinstance(v, (bool, np.bool_)) for v in values):

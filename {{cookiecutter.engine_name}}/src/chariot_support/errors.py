@@ -58,3 +58,20 @@ class ModelLoading(ChariotError):
     """The model is not loaded yet (503)."""
 
     status_code_default = 503
+
+
+class DoesNotStream(ChariotError):
+    """Streaming inference is not served (501)."""
+
+    status_code_default = 501
+
+    def __init__(self):
+        super().__init__(
+            "this engine does not stream: send each request to /v2/models/<name>/infer (or gRPC ModelInfer)"
+        )
+
+
+def internal_error(error: BaseException) -> str:
+    """The message of a 500 for an error nobody expected: its kind and words, for the engine's author to look up
+    in the log, where its traceback is."""
+    return f"internal error: {type(error).__name__}: {error}"

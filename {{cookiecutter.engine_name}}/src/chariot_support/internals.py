@@ -1,7 +1,8 @@
 """Every place the engine relies on MLServer's private parts, which a new MLServer release may change without notice.
 
-Nothing else in the support package reaches past MLServer's public API. `tests/support/test_internals.py` holds one
-canary per assumption made here: on an MLServer where one no longer holds, that test names it in plain words.
+Nothing else in the support package reaches past MLServer's public API. `tests/support/test_internals.py` holds
+canaries that use each assumption made here on MLServer's real objects (its CANARIES table names them for each
+private name): on an MLServer where one no longer holds, the canary says which in plain words.
 """
 
 from __future__ import annotations
@@ -10,33 +11,31 @@ import functools
 import importlib
 import logging
 import signal
+from collections.abc import Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import Any
+from itertools import cycle
+from typing import Any, Protocol
 
 from grpc import aio as grpc_aio
 from mlserver import MLServer
 from mlserver.context import model_context, model_name_var
-from mlserver.errors import MLServerError, ModelNotReady
+from mlserver.errors import MLServerError
 from mlserver.grpc import server as mlserver_grpc_server
 from mlserver.grpc.server import GRPCServer
 from mlserver.grpc.servicers import InferenceServicer
 from mlserver.handlers import DataPlane
 from mlserver.parallel.errors import WorkerError, WorkerStop
+from mlserver.parallel.messages import ModelRequestMessage
 from mlserver.parallel.model import ParallelModel
 from mlserver.settings import ModelSettings, Settings
 from mlserver.types import InferenceResponse
 from mlserver.utils import extract_headers
 from starlette_exporter import PrometheusMiddleware
 
-from .errors import ChariotError, ModelLoadFailed, ModelLoading, NotFound
+from .errors import ChariotError, ModelLoadFailed
 from .traffic import find_middleware
 
 logger = logging.getLogger("chariot_support")
-
-# How long past CHARIOT_PREDICT_TIMEOUT the main process waits for a parallel worker's answer. A worker answers a
-# predict that overran with its own 504 at the timeout; one that has not answered this much later is not running
-# its event loop (stopped, deadlocked, or a C call holding the GIL) and is replaced.
-WORKER_GRACE = 5.0
 
 
 class WorkersDown(ChariotError):
@@ -79,23 +78,6 @@ def unwrap_worker_error(error: BaseException) -> BaseException:
     return error
 
 
-async def find_model(data_plane, name: str, version: str | None):
-    """The one model behind `name` (any version label names the one version the engine serves), for the routes
-    MLServer does not serve itself."""
-    with data_plane.named(name) as resolved:
-        model = await data_plane.model_registry.get_model(resolved)
-    if version is not None and version != model.version:
-        raise NotFound(f"model '{name}' has no version '{version}'; its version is '{model.version}'")
-    return model
-
-
-async def predict_images(model, request, request_id: str, explain: bool, as_json: bool = False):
-    """`ChariotRuntime.predict_images` on the served model, in this process or in the parallel worker it lives in."""
-    if not model.ready:
-        raise ModelLoading("the model is still loading; try again when GET /v1/models/<name> says ready")
-    return await call_runtime(model, "predict_images", request, request_id, explain, as_json)
-
-
 def current_model_name() -> str:
     """The model MLServer is serving in this context (its log lines name it), or ''."""
     return model_name_var.get("")
@@ -115,8 +97,8 @@ class EngineServer(MLServer):
     grpc_grace: float = 5.0
 
     def grpc_limits(self, settings: Settings) -> tuple[Any, list[tuple[str, Any]]]:
-        """The interceptor put in front of every gRPC call, and options added to the gRPC server's."""
-        raise NotImplementedError
+        """The interceptor put in front of every gRPC call (None: none), and options added to the gRPC server's."""
+        return None, []
 
     predict_timeout: float = 60.0
 
@@ -208,7 +190,8 @@ class _AioWithLimits:
         self._server.limits = limits
         chosen = dict(options)  # MLServer's (message size, and any MLSERVER custom options) win over the engine's
         options = [*((key, value) for key, value in extra if key not in chosen), *chosen.items()]
-        return grpc_aio.server(*args, interceptors=[limits, *interceptors], options=options, **kwargs)
+        interceptors = [limits, *interceptors] if limits is not None else list(interceptors)
+        return grpc_aio.server(*args, interceptors=interceptors, options=options, **kwargs)
 
 
 @functools.cache
@@ -223,15 +206,13 @@ def _inference_metrics(data_plane: DataPlane, name: str, version: str | None) ->
 
 
 @asynccontextmanager
-async def served_inference(data_plane: DataPlane, name: str, version: str | None):
-    """What MLServer's data plane does around an inference, for the engine's own inference route: its request
-    metrics (count, failures, duration) under the model's name, the not-ready check, and the model's context (which
-    names the model in log lines). Yields the model."""
-    duration, failures, successes = _inference_metrics(data_plane, name, version)
+async def served_inference(data_plane: DataPlane, model, version: str | None):
+    """What MLServer's data plane does around an inference (its private `_infer_contextmanager`), for the engine's
+    one inference path: its request metrics (count, failures, duration) under the model's name and the version the
+    request asked for, as MLServer labels them, and the model's context (which names the model in log lines). Yields
+    the model."""
+    duration, failures, successes = _inference_metrics(data_plane, model.name, version)
     with duration.time(), failures.count_exceptions():
-        model = await data_plane._model_registry.get_model(name, version)
-        if not model.ready:
-            raise ModelNotReady(name, version)
         with model_context(model.settings):
             yield model
         successes.inc()
@@ -242,6 +223,99 @@ async def call_runtime(model, method: str, *args):
     if isinstance(model, ParallelModel):
         return await model._send(method, *args)
     return await getattr(model, method)(*args)
+
+
+# The parallel workers (MLSERVER_PARALLEL_WORKERS). MLServer gives no public handle on its inference pools, their
+# worker processes or the dispatcher that sends each request to one; the engine's supervisor (workers.py) reaches
+# them through these functions only.
+
+
+def worker_pools(pool_registry) -> list:
+    """The inference pools of MLServer's InferencePoolRegistry, the default pool (the one serving the engine's model)
+    first."""
+    return [pool_registry._default_pool, *pool_registry._pools.values()]
+
+
+def workers_of(pool) -> dict[int, Any]:
+    """A pool's worker processes (multiprocessing.Process) by pid: the live mapping MLServer keeps, so copy it to
+    iterate while workers are replaced."""
+    return pool._workers
+
+
+async def replace_worker(pool, pid: int, exit_code: int) -> None:
+    """What MLServer does for a worker that stopped: its requests in flight fail with WorkerStop, and a new worker
+    starts and loads the pool's models. Returns once the new worker is ready."""
+    await pool.on_worker_stop(pid, exit_code)
+
+
+def handle_worker_exits(handler: Callable[[], None]) -> None:
+    """Call `handler` on SIGCHLD in place of the handler MLServer's InferencePoolRegistry installed when it was built
+    (with signal.signal: uvloop keeps SIGCHLD from add_signal_handler). MLServer puts back the handler from before
+    it when the registry closes."""
+    signal.signal(signal.SIGCHLD, lambda *_: handler())
+
+
+class WorkerPolicy(Protocol):
+    """What `guard_dispatcher` asks of the engine's supervisor."""
+
+    def in_rotation(self, pid: int) -> bool:
+        """Whether the worker may take requests."""
+
+    def starting(self, pid: int) -> None:
+        """A new worker was started; it loads the models next."""
+
+    def ready(self, pid: int) -> None:
+        """A new worker has loaded the models."""
+
+    def no_worker(self) -> Exception:
+        """The error for a request that finds no worker to take it."""
+
+    async def predict(self, answer: Awaitable, pid: int) -> Any:
+        """Await a worker's `answer` to a predict (not a model load): the place to bound the wait."""
+
+
+def guard_dispatcher(pool, policy: WorkerPolicy) -> None:
+    """Make the dispatcher of `pool` send requests only to workers `policy` keeps in rotation (MLServer puts every
+    worker back when one replacement is ready), tell it of workers starting and ready, raise its error when no
+    worker can take a request (MLServer would raise StopIteration, or KeyError for a worker that just went), and
+    let it bound the wait for each predict's answer."""
+    dispatcher = pool._dispatcher
+
+    def rotation():
+        dispatcher._workers_round_robin = cycle([pid for pid in dispatcher._workers if policy.in_rotation(pid)])
+        return dispatcher._workers_round_robin
+
+    started, ready = dispatcher.on_worker_start, dispatcher.on_worker_ready
+
+    async def on_worker_start(worker):
+        policy.starting(worker.pid)
+        await started(worker)
+
+    def on_worker_ready(worker):
+        policy.ready(worker.pid)
+        ready(worker)
+
+    dispatcher._reset_round_robin = rotation
+    dispatcher.on_worker_start = on_worker_start
+    dispatcher.on_worker_ready = on_worker_ready
+    pick = dispatcher._get_worker
+
+    def get_worker():
+        try:
+            return pick()
+        except (StopIteration, KeyError):
+            raise policy.no_worker() from None
+
+    dispatcher._get_worker = get_worker
+    responses = dispatcher._async_responses
+    wait = responses.schedule_and_wait
+
+    async def bounded_wait(message, worker):
+        if not isinstance(message, ModelRequestMessage):  # model loads may take as long as they take
+            return await wait(message, worker)
+        return await policy.predict(wait(message, worker), worker.pid)
+
+    responses.schedule_and_wait = bounded_wait
 
 
 _ID_MARK = "\x00request-id\x00"

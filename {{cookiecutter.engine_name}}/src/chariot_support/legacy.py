@@ -3,25 +3,22 @@ same parsed request as V2 and answered by the same predict."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
-import uuid
 from collections.abc import Mapping
 from typing import Any
 
 import cv2
 import numpy as np
 import orjson
-from fastapi import FastAPI, Request, Response
+from fastapi import FastAPI, Response
 
 from .base import has_explain
 from .decoding import DEFAULT_LIMITS, Limits, ParsedRequest, Tensor, check_base64, parse_request
 from .decoding import Request as V2Request
 from .errors import BadRequest, ChariotError
-from .internals import SERVING_ERRORS, find_model, predict_images, unwrap_worker_error
-from .logs import header_request_id
-from .runtime import engine_limits, import_model_class
+from .inference import Answer
+from .internals import SERVING_ERRORS, unwrap_worker_error
 from .tasks import TaskType
 
 _TARGET = r"(?P<name>[^/:]+)(?:/versions/(?P<version>[^/:]+)|/labels/(?P<label>[^/:]+))?"
@@ -67,6 +64,16 @@ def _read_slowly(raw: bytes) -> Any:
 
 
 def parse_predict(body: Mapping[str, Any], task: TaskType, limits: Limits = DEFAULT_LIMITS) -> ParsedRequest:
+    """A `:predict` body read and checked as the runtime checks it."""
+    return parse_request(read_predict(body), task, limits)
+
+
+def parse_classify(body: Mapping[str, Any], task: TaskType, limits: Limits = DEFAULT_LIMITS) -> ParsedRequest:
+    """A `:classify` body read and checked as the runtime checks it."""
+    return parse_request(read_classify(body), task, limits)
+
+
+def read_predict(body: Mapping[str, Any]) -> V2Request:
     """Read a `:predict` / `:explain` body: `instances` (rows) or `inputs` (rows, or columns by name)."""
     _check_keys(body, TOP_LEVEL["predict"])
     _check_signature(body, (DEFAULT_SIGNATURE,))
@@ -82,10 +89,10 @@ def parse_predict(body: Mapping[str, Any], task: TaskType, limits: Limits = DEFA
         shared = {**shared, **columns}
     else:
         rows = _rows(body["inputs"], "inputs")
-    return _parsed(rows, shared, task, limits)
+    return _request(rows, shared)
 
 
-def parse_classify(body: Mapping[str, Any], task: TaskType, limits: Limits = DEFAULT_LIMITS) -> ParsedRequest:
+def read_classify(body: Mapping[str, Any]) -> V2Request:
     """Read a `:classify` body: `examples`, one image each, and `context` features shared by all of them."""
     _check_keys(body, TOP_LEVEL["classify"])
     _check_signature(body, (DEFAULT_SIGNATURE, "classify"))
@@ -99,7 +106,7 @@ def parse_classify(body: Mapping[str, Any], task: TaskType, limits: Limits = DEF
             raise BadRequest(f"{name} repeats {repeated[0]!r} from 'context'; a feature goes in one of them, not both")
     # Classify answers every label with its score, unless the client asks for the top one.
     shared = {"action": "predict_proba", **_object(body.get("parameters", {}), "parameters"), **context}
-    return _parsed(rows, shared, task, limits)
+    return _request(rows, shared)
 
 
 def _check_keys(body: Mapping[str, Any], allowed: tuple[str, ...]) -> None:
@@ -225,28 +232,45 @@ def _pixels_file(value: list, where: str) -> bytes:
     return encoded.tobytes()
 
 
-def _parsed(rows: list[Row], shared: dict, task: TaskType, limits: Limits) -> ParsedRequest:
+def _request(rows: list[Row], shared: dict) -> V2Request:
     """Each row becomes one V2 image input, so V2's own checks and settings rules apply word for word."""
-    request = V2Request(
+    return V2Request(
         inputs=[Tensor(name=name, data=[image], parameters=own or None) for name, (image, own) in rows],
         parameters=_settings(shared, "parameters"),
     )
-    return parse_request(request, task, limits)
+
+
+def check_verb(verb: str, model_class: type) -> None:
+    """Refuse a verb the engine's model cannot answer, saying which one would do."""
+    task = model_class.task_type
+    if verb == "regress":
+        raise BadRequest(f"this engine does not regress: its model gives {task.value} results; use :predict")
+    if verb == "classify" and task is not TaskType.IMAGE_CLASSIFICATION:
+        raise BadRequest(
+            f":classify is for Image Classification and this model gives {task.value} results; use :predict"
+        )
+    if verb == "explain" and not has_explain(model_class):
+        raise NotImplementedByModel(
+            f"this engine's model ({model_class.__name__}) has no explain method; :predict works, or add"
+            " explain(images, tensors, results) to the model"
+        )
 
 
 # --- rendering responses ------------------------------------------------------------------------------------
 
 
-def render_predict(results: list[list[dict]]) -> dict:
-    return {"predictions": results}
-
-
-def render_explain(results: list[list[dict]], explanations: list[dict]) -> dict:
-    return {"predictions": results, "explanations": explanations}
-
-
-def render_classify(results: list[list[dict]]) -> dict:
-    return {"results": [[[r["label"], r["score"]] for r in per_image] for per_image in results]}
+def render(verb: str, answer: Answer) -> bytes:
+    """The answer to `:predict` (`{"predictions": [...]}`, one result list per image), `:explain` (the same, and
+    `explanations`) or `:classify` (`{"results": [[[label, score], ...], ...]}`)."""
+    answered = answer.answered
+    if verb == "classify":
+        return orjson.dumps(
+            {"results": [[[r["label"], r["score"]] for r in orjson.loads(each)] for each in answered.results]}
+        )
+    content: dict[str, Any] = {"predictions": [orjson.Fragment(each) for each in answered.results]}
+    if verb == "explain":
+        content["explanations"] = list(answered.explanations or ())
+    return orjson.dumps(content)
 
 
 def model_status(name: str, version: str, ready: bool) -> dict:
@@ -309,69 +333,26 @@ def _json(content: Any, status_code: int = 200) -> Response:
     return Response(orjson.dumps(content), status_code=status_code, media_type="application/json")
 
 
-def _failure(error: Exception) -> Response:
-    error = unwrap_worker_error(error)
-    return _json({"error": str(error)}, error.status_code)
-
-
-def _model_class(model: Any) -> type:
-    return import_model_class(model.settings.parameters.extra["model_class"])
-
-
-def install_legacy_routes(app: FastAPI, data_plane: Any) -> None:
-    """Serve `/v1/models/...` from the model behind `data_plane`."""
-    limits = engine_limits()
+def install_legacy_routes(app: FastAPI, pipeline: Any) -> None:
+    """Serve the model's status and metadata at `/v1/models/...` (inference there is the front's: front.py)."""
 
     async def list_models() -> Response:
-        return _json({"models": [data_plane.model_name]})
+        return _json({"models": [pipeline.model_name]})
 
     async def status(path: str) -> Response:
         match = STATUS_PATH.fullmatch(path)
         if match is None:
             return _json({"error": f"no route for GET /v1/models/{path}"}, 404)
         try:
-            model = await find_model(data_plane, match["name"], match["version"])
+            model = await pipeline.model(match["name"], match["version"])
+            model_class = await pipeline.model_class(match["name"])
         except SERVING_ERRORS as error:
-            return _failure(error)
+            error = unwrap_worker_error(error)
+            return _json({"error": str(error)}, error.status_code)
         version = model.version or "1"
         if match["metadata"]:
-            return _json(model_metadata(match["name"], version, _model_class(model).task_type))
+            return _json(model_metadata(match["name"], version, model_class.task_type))
         return _json(model_status(match["name"], version, model.ready), 200 if model.ready else 503)
-
-    async def verb(path: str, request: Request) -> Response:
-        match = VERB_PATH.fullmatch(path)
-        if match is None or match["verb"] not in VERBS:
-            known = ", ".join(f":{v}" for v in VERBS)
-            return _json({"error": f"no route for POST /v1/models/{path}; the verbs are {known}"}, 404)
-        try:
-            model = await find_model(data_plane, match["name"], match["version"])
-            model_class = _model_class(model)
-            task, name = model_class.task_type, match["verb"]
-            if name == "regress":
-                raise BadRequest(f"this engine does not regress: its model gives {task.value} results; use :predict")
-            if name == "classify" and task is not TaskType.IMAGE_CLASSIFICATION:
-                raise BadRequest(
-                    f":classify is for Image Classification and this model gives {task.value} results; use :predict"
-                )
-            if name == "explain" and not has_explain(model_class):
-                raise NotImplementedByModel(
-                    f"this engine's model ({model_class.__name__}) has no explain method; :predict works, or add"
-                    " explain(images, tensors, results) to the model"
-                )
-            parse = parse_classify if name == "classify" else parse_predict
-            raw = await request.body()
-            # Parsing and checking a body of pixel lists takes long enough to hold up health checks: off the loop.
-            parsed = await asyncio.to_thread(lambda: parse(read_body(raw), task, limits))
-            request_id = header_request_id(request.headers) or uuid.uuid4().hex
-            results, explanations = await predict_images(model, parsed, request_id, explain=name == "explain")
-        except SERVING_ERRORS as error:
-            return _failure(error)
-        if name == "classify":
-            return _json(render_classify(results))
-        if name == "explain":
-            return _json(render_explain(results, explanations))
-        return _json(render_predict(results))
 
     app.add_api_route("/v1/models", list_models, methods=["GET"])
     app.add_api_route("/v1/models/{path:path}", status, methods=["GET"])
-    app.add_api_route("/v1/models/{path:path}", verb, methods=["POST"])

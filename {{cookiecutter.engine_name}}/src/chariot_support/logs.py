@@ -8,7 +8,8 @@ import logging
 import re
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import Any
@@ -22,6 +23,8 @@ requests_logger = logging.getLogger("chariot_support.requests")
 # What the request being served has learnt about itself, for its log line; a dict so that code running in a copy
 # of the context (a task group, a middleware's task) still writes to the same place.
 _current: ContextVar[dict | None] = ContextVar("chariot_request", default=None)
+# The most characters of a path or request id a log line carries.
+MAX_LOGGED = 256
 _MODEL_PATH = re.compile(r"^/v2/models/([^/]+)")
 _QUIET_PATHS = re.compile(r"^/(v2/health/(live|ready)|ready|v2/models/[^/]+/ready|v2/models/[^/]+|v2)/?$")
 
@@ -84,6 +87,8 @@ def log_request(
         level = logging.INFO
     if not requests_logger.isEnabledFor(level):
         return
+    # A line stays one short line whatever the client sent.
+    path, request_id, model = _capped(path), _capped(request_id), _capped(model)
     fields = {
         "request_id": request_id,
         "model": model,
@@ -94,6 +99,12 @@ def log_request(
         "latency_ms": latency_ms,
     }
     requests_logger.log(level, "%s %s %s %.1f ms", method, path, status, latency_ms, extra={"fields": fields})
+
+
+def _capped(text: str | None) -> str | None:
+    if text is None or len(text) <= MAX_LOGGED:
+        return text
+    return f"{text[:MAX_LOGGED]}... ({len(text) - MAX_LOGGED:,} more characters)"
 
 
 # Where a request's id comes from when its body has none, first match first: the caller's own id, then the base id
@@ -108,6 +119,17 @@ def header_request_id(headers: Mapping[str, str]) -> str | None:
         if value:
             return value
     return None
+
+
+@contextmanager
+def request_entry() -> Iterator[dict[str, Any]]:
+    """What the request served in this block learns about itself (its id), for its log line."""
+    entry: dict[str, Any] = {}
+    token = _current.set(entry)
+    try:
+        yield entry
+    finally:
+        _current.reset(token)
 
 
 def note_request_id(request_id: str | None) -> None:

@@ -2,36 +2,19 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import uuid
-from collections.abc import Mapping
-from typing import Any
 
-from fastapi import FastAPI, Request, Response
+from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from mlserver.rest.endpoints import Endpoints
-from mlserver.types import (
-    InferenceRequest,
-)
-from pydantic import ValidationError
+from mlserver.settings import Settings
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.routing import Route
 
-from . import chariot_v2
 from .data_plane import ChariotDataPlane
-from .decoding import request_from_json
-from .errors import ChariotError
-from .front import InferenceFront, read_json
-from .internals import (
-    SERVING_ERRORS,
-    find_model,
-    predict_images,
-    unwrap_worker_error,
-)
-from .logs import header_request_id, install_request_log, note_request_id
-from .runtime import engine_limits, import_model_class
+from .errors import ChariotError, DoesNotStream, internal_error
+from .front import InferenceFront
+from .logs import install_request_log
+from .runtime import engine_limits
 from .settings import config
 from .traffic import BodyLimit, BodyShape, Framing, JSONBodies, ShortErrors
 
@@ -54,96 +37,17 @@ def _validation_message(exc: RequestValidationError, path: str) -> str:
     return f"{path}: {first['msg']}"
 
 
-def install_chariot_routes(app: FastAPI, data_plane: ChariotDataPlane, *, max_request_bytes: int) -> None:
-    """Add the paths Chariot calls beside MLServer's V2 routes, and make every error body `{"error": ...}`."""
-    endpoints = Endpoints(data_plane)
-    # Chariot's URL ends in /infer/; MLServer would 307-redirect it to an absolute URL that is wrong behind
-    # Chariot's gateway, so the slashed paths are served directly.
+def install_chariot_routes(
+    app: FastAPI, data_plane: ChariotDataPlane, settings: Settings, max_request_bytes: int
+) -> None:
+    """Put the inference front (front.py) before MLServer's REST app, which keeps every other route; add the paths
+    Chariot calls beside MLServer's, and make every error body `{"error": ...}`."""
+    # Chariot's URLs end in a slash; MLServer would 307-redirect them to an absolute URL that is wrong behind
+    # Chariot's gateway.
     app.router.redirect_slashes = False
-    # V2 inference is the engine's own route: the body is read once with orjson into what the runtime takes, and
-    # the answer written the same way, where MLServer's route validates and serialises through pydantic models.
-    infer_paths = [
-        f"/v2/models/{{model_name}}{version}/infer{slash}"
-        for version in ("", "/versions/{model_version}")
-        for slash in ("", "/")
-    ]
-    app.router.routes[:] = [r for r in app.router.routes if getattr(r, "path", None) not in infer_paths]
-
-    async def infer_v2(raw_request: Request, body: bytes, decoded: Any, name: str, version: str | None) -> Response:
-        if decoded is None:
-            decoded = await asyncio.to_thread(read_json, body) if len(body) > 1 << 20 else read_json(body)
-        plain = request_from_json(decoded)
-        if plain is None:  # an unusual body: MLServer's request model reads it, with its coercions and messages
-            try:
-                payload = InferenceRequest.model_validate(decoded)
-            except ValidationError as exc:
-                raise RequestValidationError(exc.errors()) from None
-            raw_response = Response()
-            answer = await endpoints.infer(
-                raw_request=raw_request,
-                raw_response=raw_response,
-                payload=payload,
-                model_name=name,
-                model_version=version,
-            )
-            content = answer.model_dump_json(exclude_unset=True, exclude_none=True)
-            extra = {k: v for k, v in raw_response.headers.items() if k not in ("content-length", "content-type")}
-        else:
-            content, extra = await data_plane.infer_body(plain, name, version, raw_request.headers)
-        return Response(content, media_type="application/json", headers=extra)
-
-    async def infer_route(raw_request: Request) -> Response:
-        params = raw_request.path_params
-        return await infer_v2(
-            raw_request, await raw_request.body(), None, params["model_name"], params.get("model_version")
-        )
-
-    # First in the table: inference is what the engine is for, and the router tries routes in order.
-    app.router.routes[:0] = [Route(path, infer_route, methods=["POST"]) for path in infer_paths]
-
-    protocol = chariot_v2.protocol_from_env()
-    limits = engine_limits()
-
-    async def root_answer(body: bytes, headers: Mapping[str, str]) -> tuple[bytes, str, dict[str, str]] | None:
-        """The root /infer's answer, chariot-v2-kserve or chariot-v2 as CHARIOT_INFERENCE_PROTOCOL pins it or the
-        request shows it: its body, media type and headers. None for a chariot-v2-kserve body in an unusual shape,
-        which MLServer's request model reads. Errors are ChariotErrors, in chariot-v2's words for its requests."""
-        content_type = headers.get("content-type")
-        form = None
-        try:
-            chosen, decoded = chariot_v2.choose(protocol, content_type, body)
-            if chosen is chariot_v2.Protocol.KSERVE:
-                if decoded is None:
-                    decoded = await asyncio.to_thread(read_json, body) if len(body) > 1 << 20 else read_json(body)
-                plain = request_from_json(decoded)
-                if plain is None:
-                    return None
-                content, extra = await data_plane.infer_body(plain, data_plane.model_name, None, headers)
-                return content, "application/json", extra
-            form = chariot_v2.form_of(content_type, body, decoded)
-            model = await find_model(data_plane, data_plane.model_name, None)
-            task = import_model_class(model.settings.parameters.extra["model_class"]).task_type
-            request = chariot_v2.parse(
-                body, content_type, headers.get(chariot_v2.PARAMETERS_HEADER), task, limits, decoded=decoded
-            )
-            request_id = header_request_id(headers) or uuid.uuid4().hex
-            note_request_id(request_id)
-            results, _ = await predict_images(model, request.parsed, request_id, explain=False, as_json=True)
-        except SERVING_ERRORS as error:
-            error = unwrap_worker_error(error)
-            message = chariot_v2.reword(str(error), form) if form is not None else str(error)
-            raise ChariotError(message, error.status_code) from None
-        content, media_type = chariot_v2.render(results, form)
-        return content, media_type, {"x-request-id": request_id}
-
-    async def infer(raw_request: Request) -> Response:
-        """The root /infer, when the front (front.py) hands it on: a chariot-v2-kserve body in an unusual shape."""
-        body = await raw_request.body()
-        answer = await root_answer(body, raw_request.headers)
-        if answer is None:
-            return await infer_v2(raw_request, body, None, data_plane.model_name, None)
-        content, media_type, extra = answer
-        return Response(content, media_type=media_type, headers=extra)
+    # Inference is the front's alone: MLServer's own inference routes go, so that no request can reach the model
+    # another way.
+    app.router.routes[:] = [r for r in app.router.routes if not _infers(r)]
 
     async def ready() -> JSONResponse:
         if await data_plane.ready():
@@ -163,9 +67,7 @@ def install_chariot_routes(app: FastAPI, data_plane: ChariotDataPlane, *, max_re
         # MLServer would answer 200 and then fail inside the stream; the engine says so before anything is sent.
         with data_plane.named(model_name, model_version) as resolved:
             await data_plane.model_registry.get_model(resolved, model_version)
-        return _error(
-            501, "this engine does not stream: send each request to /v2/models/<name>/infer (or gRPC ModelInfer)"
-        )
+        raise DoesNotStream()
 
     replaced = ("/v2/health/live", "/v2/health/ready")
     app.router.routes[:] = [
@@ -180,8 +82,9 @@ def install_chariot_routes(app: FastAPI, data_plane: ChariotDataPlane, *, max_re
         app.add_api_route(path, infer_stream, methods=["POST"])
     app.add_api_route("/v2/health/live", health_live, methods=["GET"])
     app.add_api_route("/v2/health/ready", health_ready, methods=["GET"])
-    app.add_api_route("/infer", infer, methods=["POST"])
     app.add_api_route("/ready", ready, methods=["GET"])
+
+    limits = engine_limits()
 
     async def on_engine_error(request: Request, exc: ChariotError) -> JSONResponse:
         return _error(exc.status_code, str(exc))
@@ -198,25 +101,32 @@ def install_chariot_routes(app: FastAPI, data_plane: ChariotDataPlane, *, max_re
 
     async def on_unhandled(request: Request, exc: Exception) -> JSONResponse:
         logger.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
-        return _error(500, f"internal error: {type(exc).__name__}: {exc}")
+        return _error(500, internal_error(exc))
 
-    app.add_middleware(BodyShape, max_elements=engine_limits().max_elements, max_depth=config().max_json_depth)
+    app.add_middleware(BodyShape, max_elements=limits.max_elements, max_depth=config().max_json_depth)
     app.add_middleware(JSONBodies)
     app.add_middleware(BodyLimit, max_bytes=max_request_bytes)
     app.add_middleware(ShortErrors, max_chars=config().max_error_chars)
     app.add_middleware(Framing)
     install_request_log(app, data_plane.model_name)
-    # Outermost of the engine's middlewares: inference (V2 and the root /infer) answered in one pass (see front.py).
+    # Outermost of the engine's middlewares: the one REST transport for inference (front.py).
     app.add_middleware(
         InferenceFront,
-        data_plane=data_plane,
-        root_answer=root_answer,
+        pipeline=data_plane.pipeline,
+        settings=settings,
         max_bytes=max_request_bytes,
-        max_elements=engine_limits().max_elements,
+        max_elements=limits.max_elements,
         max_depth=config().max_json_depth,
         max_error_chars=config().max_error_chars,
+        max_inputs=limits.max_inputs,
     )
     app.add_exception_handler(ChariotError, on_engine_error)
     app.add_exception_handler(RequestValidationError, on_validation_error)
     app.add_exception_handler(StarletteHTTPException, on_http_error)
     app.add_exception_handler(Exception, on_unhandled)
+
+
+def _infers(route) -> bool:
+    """Whether `route` of MLServer's app answers inference (the front answers all of it)."""
+    path, methods = getattr(route, "path", ""), getattr(route, "methods", None) or ()
+    return "POST" in methods and (path.endswith(("/infer", "/infer/")) or path.startswith("/v1/models/"))

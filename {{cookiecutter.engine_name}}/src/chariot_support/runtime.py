@@ -18,19 +18,20 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import cv2
-import orjson
 from mlserver import MLModel
 from mlserver.types import InferenceRequest, InferenceResponse
 
+from . import v2
 from .admission import MemoryBudget, Overloaded, StuckThreads
 from .base import ChariotModel
 from .batching import Batcher, batch_settings
 from .copies import ModelCopies, copies_wanted, threads_per_call
 from .decoding import Image, ImageInput, Limits, ParsedRequest, Request, decode_image, parse_request
 from .errors import ChariotError, InvalidResult, ModelBusy, ModelLoadFailed, PredictFailed, PredictTimeout
+from .inference import Answer, Answered
 from .logs import note_request_id
 from .settings import config
-from .tasks import TaskType, select, to_dicts, to_json, validate_results
+from .tasks import TaskType, select, to_json, validate_results
 
 logger = logging.getLogger("chariot_support")
 T = TypeVar("T")
@@ -236,17 +237,19 @@ class ChariotRuntime(MLModel):
             workers.shutdown()
         return True
 
-    async def predict(self, payload: InferenceRequest) -> InferenceResponse:
-        note_request_id(payload.id)  # a request that fails here is still logged under its id
-        return await self._within_timeout(payload.id, self._infer, payload)
+    async def answer(self, request: Request, request_id: str, explain: bool = False) -> Answered:
+        """The runtime's one entry, for every protocol (pipeline.Pipeline.answer calls it, across parallel workers
+        too): check the request, decode its images, predict, check and select the results, within
+        CHARIOT_PREDICT_TIMEOUT."""
+        note_request_id(request_id)  # a request that fails here is still logged under its id
+        return await self._within_timeout(request_id, self._answer, request, request_id, explain)
 
-    async def predict_images(
-        self, request: ParsedRequest, request_id: str, explain: bool = False, as_json: bool = False
-    ) -> tuple[list[list[dict]] | list[bytes], list[dict] | None]:
-        """The results the engine answers for each image of an already parsed request, as protocol dicts (or, with
-        `as_json`, each image's list as JSON text), and the model's explanation of them when asked; other protocols
-        than V2 call this (also across workers)."""
-        return await self._within_timeout(request_id, self._predict_images, request, request_id, explain, as_json)
+    async def predict(self, payload: InferenceRequest) -> InferenceResponse:
+        """MLServer's own entry, kept for its API: the same answer, as MLServer's response object."""
+        request = v2.request_from_model(payload)
+        answered = await self.answer(request, payload.id or "", False)
+        answer = Answer(answered, payload.id or "", self.name, self.version, {})
+        return InferenceResponse.model_validate_json(v2.render(answer))
 
     async def _within_timeout(self, request_id: str | None, work, *args):
         """Run `work(*args, call)` on a worker thread; past CHARIOT_PREDICT_TIMEOUT the client gets a 504."""
@@ -346,15 +349,20 @@ class ChariotRuntime(MLModel):
         # A request whose client already had its 504 decodes nothing more.
         if time.monotonic() > call.deadline:
             raise PredictTimeout(f"the request ran out of CHARIOT_PREDICT_TIMEOUT ({self._timeout:g} s) while decoding")
-        return decode_image(image.encoded, f"input '{image.name}'", self._limits)
+        return decode_image(image.encoded, image.where, self._limits, image.item)
 
-    def _predict_images(
-        self, request: ParsedRequest, request_id: str, explain: bool, as_json: bool, call: _Call
-    ) -> tuple[list[list[dict]] | list[bytes], list[dict] | None]:
-        with self._budget.admit(request.images, call.deadline):
-            images, chosen = self._results(request, call)
-            explanations = self._explain(images, request, chosen, request_id, call) if explain else None
-            return [(to_json if as_json else to_dicts)(results) for results in chosen], explanations
+    def _answer(self, request: Request, request_id: str, explain: bool, call: _Call) -> Answered:
+        parsed = parse_request(request, self._task, self._limits)
+        with self._budget.admit(parsed.images, call.deadline):
+            images, chosen = self._results(parsed, call)
+            explanations = self._explain(images, parsed, chosen, request_id, call) if explain else None
+        return Answered(
+            names=tuple(i.name for i in parsed.images),
+            results=tuple(to_json(results) for results in chosen),
+            image_metadata=tuple(i.metadata for i in parsed.images),
+            metadata=parsed.metadata,
+            explanations=None if explanations is None else tuple(explanations),
+        )
 
     def _results(self, request: ParsedRequest, call: _Call) -> tuple[list[Image], list[list[Any]]]:
         """Decode, predict, check and select: each image's results as the engine answers them."""
@@ -412,55 +420,3 @@ class ChariotRuntime(MLModel):
             logger.exception("explain failed for request %s", request_id)
             raise PredictFailed(f"explain failed: {type(exc).__name__}: {exc}") from None
         return validate_explanations(explanations, len(images))
-
-    async def infer_body(self, body: Request, request_id: str, model_name: str) -> bytes:
-        """The engine's own V2 inference path: a request already read from JSON (see decoding.request_from_json)
-        answered as the JSON text of a V2 response, written in the worker thread with no server request or response
-        models in between. `model_name` is the name the client called the model by."""
-        note_request_id(request_id)
-        return await self._within_timeout(request_id, self._infer_body, body, request_id, model_name)
-
-    async def infer_outputs(self, body: Request, request_id: str, model_name: str) -> dict:
-        """The same for gRPC: the V2 response as a dict whose outputs hold each image's results as JSON bytes."""
-        note_request_id(request_id)
-        return await self._within_timeout(request_id, self._infer_outputs, body, request_id, model_name)
-
-    def _infer_outputs(self, body: Request, request_id: str, model_name: str, call: _Call) -> dict:
-        request, chosen = self._answer(body, call)
-        return {**self._response(request, chosen, request_id, to_json), "model_name": model_name}
-
-    def _answer(self, request: Request, call: _Call) -> tuple[ParsedRequest, list[list[Any]]]:
-        parsed = parse_request(request, self._task, self._limits)
-        with self._budget.admit(parsed.images, call.deadline):
-            _, chosen = self._results(parsed, call)
-        return parsed, chosen
-
-    def _infer_body(self, body: Request, request_id: str, model_name: str, call: _Call) -> bytes:
-        request, chosen = self._answer(body, call)
-        response = self._response(request, chosen, request_id, lambda results: orjson.Fragment(to_json(results)))
-        response["model_name"] = model_name
-        return orjson.dumps(response, option=orjson.OPT_SERIALIZE_NUMPY)
-
-    def _response(
-        self, request: ParsedRequest, chosen: list[list[Any]], request_id: str | None, written: Callable = to_dicts
-    ) -> dict:
-        """A V2 inference response as its JSON object: each image's results as one BYTES element (`written` by
-        to_dicts as plain values, or by to_json as JSON text for orjson), metadata passed back on the request and on
-        each image as it came."""
-        outputs = []
-        for image, results in zip(request.images, chosen, strict=True):
-            output = {"name": image.name, "shape": [1], "datatype": "BYTES", "data": [written(results)]}
-            if image.metadata is not None:
-                output["parameters"] = {"metadata": image.metadata}
-            outputs.append(output)
-        return {
-            "model_name": self.name,
-            "model_version": self.version,
-            "id": request_id,
-            "parameters": {"metadata": request.metadata} if request.metadata is not None else {},
-            "outputs": outputs,
-        }
-
-    def _infer(self, payload: InferenceRequest, call: _Call) -> InferenceResponse:
-        request, chosen = self._answer(payload, call)
-        return InferenceResponse.model_validate(self._response(request, chosen, payload.id))

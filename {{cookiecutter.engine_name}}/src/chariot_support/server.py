@@ -17,7 +17,7 @@ from mlserver.utils import install_uvloop_event_loop
 
 from . import model_id as model_id_rule
 from .base import ChariotModel
-from .connections import MAX_HEAD_BYTES, IdleLimitedProtocol
+from .connections import IdleLimitedProtocol
 from .data_plane import ChariotDataPlane, ChariotRepositoryHandlers, EngineRepository
 from .errors import ModelLoadFailed
 from .grpc_limits import CallLimits
@@ -50,23 +50,33 @@ ENGINE_DEFAULTS: dict[str, Any] = {
 
 
 def engine_settings() -> Settings:
-    """MLServer's settings with the engine's defaults. CHARIOT_MAX_REQUEST_MB is the one limit on a request's
-    size: it becomes gRPC's message limit, and the REST body limit is read back from there."""
+    """MLServer's settings with the engine's defaults. CHARIOT_MAX_REQUEST_MB limits a request's size: the REST body,
+    and gRPC's messages unless MLSERVER_GRPC_MAX_MESSAGE_LENGTH sets those apart. MLServer's response cache is
+    refused: every request is answered by the model (a cache would answer a repeated photo from memory, skipping
+    the engine's checks and metrics)."""
     defaults = {
         **ENGINE_DEFAULTS,
         "grpc_max_message_length": config().max_request_mb << 20,
     }
     overrides = {k: v for k, v in defaults.items() if f"MLSERVER_{k.upper()}" not in os.environ}
     settings = Settings(**overrides)
-    # uvicorn's own limits (MLServer passes these through): connections and requests at once, idle keep-alive
-    # seconds, and the most of an unfinished request's headers held per connection. X-Forwarded-* headers are left
-    # alone: nothing in an engine reads the client's address, and reading them cost every request.
+    if settings.cache_enabled:
+        raise ValueError(
+            "MLSERVER_CACHE_ENABLED is not supported by this engine: each request is answered by the model; unset it"
+            " (a cache in front of the engine can answer repeated requests)"
+        )
+    # uvicorn's options (MLServer passes these through): idle keep-alive seconds, and the engine's protocol, which
+    # bounds connections and requests in flight itself (CHARIOT_MAX_CONNECTIONS). uvicorn's `limit_concurrency` stays
+    # off: it also answers 503 while the connections reach it, which refused health checks among slow clients.
+    # X-Forwarded-* headers are left alone: nothing in an engine reads the client's address, and reading them cost
+    # every request.
     set_uvicorn_options(
         settings,
-        limit_concurrency=config().max_connections,
         timeout_keep_alive=config().keep_alive,
-        h11_max_incomplete_event_size=MAX_HEAD_BYTES,
         http=IdleLimitedProtocol,
+        # An engine serves no WebSockets; left on when a model's dependencies install a WebSocket library, an upgrade
+        # would take connections out of the bounded protocol's hands.
+        ws="none",
         proxy_headers=False,
     )
     return settings
@@ -143,8 +153,8 @@ class ChariotServer(EngineServer):
 
     def install_routes(self, rest_app: FastAPI, metrics_app: FastAPI | None) -> None:
         data_plane = self._chariot_plane
-        install_chariot_routes(rest_app, data_plane, max_request_bytes=self.settings.grpc_max_message_length)
-        install_legacy_routes(rest_app, data_plane)
+        install_chariot_routes(rest_app, data_plane, self.settings, config().max_request_mb << 20)
+        install_legacy_routes(rest_app, data_plane.pipeline)
         close_api_pages(rest_app, metrics_app)
 
 

@@ -15,11 +15,24 @@ from typing import Any
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 PROTOCOLS = ("auto", "chariot-v2-kserve", "chariot-v2")
+TRUE = ("1", "true", "yes", "on")
+FALSE = ("0", "false", "no", "off")
 
 
-def _setting(env: str, default: Any, *, minimum: float = 1, above: bool = False, choices: tuple[str, ...] = ()) -> Any:
-    """A field read from `env`: numbers at least `minimum` (more than it, when `above`), strings among `choices`."""
-    return field(default=default, metadata={"env": env, "minimum": minimum, "above": above, "choices": choices})
+def _setting(
+    env: str,
+    default: Any,
+    *,
+    minimum: float = 1,
+    above: bool = False,
+    choices: tuple[str, ...] = (),
+    unit: str = "seconds",
+) -> Any:
+    """A field read from `env`: numbers at least `minimum` (more than it, when `above`) in `unit`, strings among
+    `choices`."""
+    return field(
+        default=default, metadata={"env": env, "minimum": minimum, "above": above, "choices": choices, "unit": unit}
+    )
 
 
 @dataclass(frozen=True)
@@ -31,7 +44,7 @@ class EngineSettings:
     model_id: str = _setting("CHARIOT_MODEL_ID", "")  # empty: any m-<id> name reaches the model
     model_version: str = _setting("CHARIOT_MODEL_VERSION", "1")
     model_copies: str = _setting("CHARIOT_MODEL_COPIES", "")  # empty: the model's own `copies`; or a number, `threads`
-    threads: int = _setting("CHARIOT_THREADS", 0)  # 0: one per CPU
+    threads: int = _setting("CHARIOT_THREADS", 0, minimum=0)  # 0: one per CPU
     # Decode and predict on the event loop, one request at a time, with no hop to a worker thread: for models that
     # answer in well under a millisecond. CHARIOT_PREDICT_TIMEOUT then cannot stop a predict, and nothing else
     # (health included) is answered while one runs.
@@ -61,10 +74,17 @@ class EngineSettings:
     # uvicorn: most connections and requests at once (more get a 503), and seconds an idle keep-alive stays open.
     max_connections: int = _setting("CHARIOT_MAX_CONNECTIONS", 512)
     keep_alive: float = _setting("CHARIOT_KEEP_ALIVE", 5.0)
+    # Deadlines that free the connections of clients too slow to send or to read (see connections.py): seconds from
+    # a request's first byte to the end of its head, and, while its body arrives, the window in which it must bring
+    # at least CHARIOT_MIN_BODY_RATE KiB a second (0: only a window that brings nothing at all is cut), which is also
+    # the longest a client may leave its answer unread.
+    header_timeout: float = _setting("CHARIOT_HEADER_TIMEOUT", 10.0, minimum=0, above=True)
+    body_timeout: float = _setting("CHARIOT_BODY_TIMEOUT", 10.0, minimum=0, above=True)
+    min_body_rate: int = _setting("CHARIOT_MIN_BODY_RATE", 1, minimum=0)
     # Batching across requests (off at 1): most images gathered into one predict, and the longest a request waits
     # for others to join it, in milliseconds.
     max_batch_size: int = _setting("CHARIOT_MAX_BATCH_SIZE", 1)
-    max_batch_wait_ms: float = _setting("CHARIOT_MAX_BATCH_WAIT_MS", 5.0, minimum=0, above=True)
+    max_batch_wait_ms: float = _setting("CHARIOT_MAX_BATCH_WAIT_MS", 5.0, minimum=0, above=True, unit="milliseconds")
     # Seconds in-flight gRPC calls get to finish on SIGTERM.
     grpc_grace: float = _setting("CHARIOT_GRPC_GRACE", 30.0, minimum=0)
     # gRPC: most calls served at once, until their answer is sent (health and metadata calls aside; more get
@@ -111,7 +131,10 @@ class EngineSettings:
 def _read(metadata: Mapping[str, Any], kind: type, raw: str) -> Any:
     name, minimum, choices = metadata["env"], metadata["minimum"], metadata["choices"]
     if kind is bool:
-        return raw.lower() in ("1", "true", "yes", "on")
+        value = raw.lower()
+        if value not in TRUE + FALSE:
+            raise ValueError(f"environment variable {name} must be one of {', '.join(TRUE + FALSE)}, got {raw!r}")
+        return value in TRUE
     if issubclass(kind, Path):
         return Path(raw)
     if kind is str:
@@ -122,7 +145,8 @@ def _read(metadata: Mapping[str, Any], kind: type, raw: str) -> Any:
             return value
         return raw
     if kind is float:
-        wanted = "a positive number of seconds" if metadata["above"] else f"a number of seconds, at least {minimum:g}"
+        unit = metadata["unit"]
+        wanted = f"a positive number of {unit}" if metadata["above"] else f"a number of {unit}, at least {minimum:g}"
     else:
         wanted = f"a whole number, at least {minimum:g}"
     try:

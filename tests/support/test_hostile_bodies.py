@@ -1,0 +1,143 @@
+"""Request bodies are bounded as they are read, with the engine's default settings: a JSONL body's lines are
+counted while it arrives, bodies held open share one memory budget (the rest get a 503 before their bytes are
+kept), and what the engine echoes back (request ids in answers, headers and log lines) is capped."""
+
+import json
+import socket
+import threading
+import time
+
+import grpc
+import pytest
+import requests
+from hostile import HERE, HealthProbe, RSSGuard, peak_rss_mib, png_request, rss_mib
+from mlserver.grpc.dataplane_pb2_grpc import GRPCInferenceServiceStub
+
+from chariot_support.testing import grpc_request, run_engine
+
+URL = "/v2/models/m-faulty/infer"
+
+
+@pytest.fixture(scope="module")
+def engine():
+    with run_engine("faulty_engine", src=HERE) as running:
+        yield running
+
+
+def raw_exchange(engine, head: bytes, body: bytes, timeout: float = 30) -> bytes:
+    """Send a request over a plain socket and read the answer until the server has sent it whole."""
+    with socket.create_connection(("127.0.0.1", engine.http_port), timeout=timeout) as sock:
+        sock.sendall(head + body)
+        answer = b""
+        while b"\r\n\r\n" not in answer or len(answer) < _length(answer):
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            answer += chunk
+        return answer
+
+
+def _length(answer: bytes) -> int:
+    head, _, _ = answer.partition(b"\r\n\r\n")
+    for line in head.split(b"\r\n"):
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            return len(head) + 4 + int(value)
+    return len(answer) + 1
+
+
+def test_a_jsonl_body_of_millions_of_lines_is_refused_while_it_arrives(engine):
+    body = b"a\n" * 33_554_424  # under the 64 MiB body limit, 33 million lines
+    head = (
+        f"POST /infer HTTP/1.1\r\nHost: x\r\nContent-Type: application/jsonl\r\nContent-Length: {len(body)}\r\n\r\n"
+    ).encode()
+    before = rss_mib(engine.process.pid)
+    with HealthProbe(engine) as probe, RSSGuard(engine.process, 1536) as guard:
+        started = time.monotonic()
+        answer = raw_exchange(engine, head, body)
+        took = time.monotonic() - started
+    assert not guard.tripped, "the engine passed 1.5 GiB and was killed"
+    status_line, _, rest = answer.partition(b"\r\n")
+    assert status_line.startswith(b"HTTP/1.1 400"), answer[:300]
+    message = json.loads(rest.partition(b"\r\n\r\n")[2])["error"]
+    assert message == (
+        "the request has more than 64 lines; this engine takes at most 64 images per request (CHARIOT_MAX_INPUTS)"
+    )
+    assert took < 5, f"the refusal took {took:.1f} s"
+    assert probe.worst < 1.0 and not probe.failures, (probe.worst, probe.failures[:3])
+    assert rss_mib(engine.process.pid) < before + 200, "the lines were kept in memory"
+
+
+def test_a_request_id_longer_than_256_characters_is_refused_and_never_echoed(engine):
+    body = png_request(16, 1)
+    huge = "x" * (10 << 20)
+    reply = requests.post(engine.url + URL, data=json.dumps({**body, "id": huge}), timeout=60)
+    assert reply.status_code == 400
+    assert reply.json() == {
+        "error": "the request id is 10,485,760 characters long; this engine takes ids of at most 256 (a UUID is 36)"
+    }
+    assert len(reply.content) < 2000 and not [k for k in reply.headers if k.lower().startswith("ce-")]
+    header = requests.post(engine.url + URL, json=body, headers={"X-Request-ID": "y" * 1000}, timeout=30)
+    assert header.status_code == 400
+    assert header.json()["error"].startswith("the x-request-id header is 1,000 characters long")
+    fine = requests.post(engine.url + URL, json={**body, "id": "i" * 256}, timeout=30)
+    assert fine.status_code == 200 and fine.json()["id"] == "i" * 256 and fine.headers["ce-id"] == "i" * 256
+    # The log lines of these requests stay short.
+    lines = [line for line in engine.log().splitlines() if '"path": "/v2/models/m-faulty/infer"' in line]
+    assert lines and max(len(line) for line in lines) < 2000
+
+
+def test_a_grpc_request_id_longer_than_256_characters_is_invalid_argument(engine):
+    message = grpc_request(png_request(16, 1), "m-faulty")
+    message.id = "z" * 100_000
+    with grpc.insecure_channel(engine.grpc_address) as channel:
+        with pytest.raises(grpc.RpcError) as refused:
+            GRPCInferenceServiceStub(channel).ModelInfer(message, timeout=30)
+    assert refused.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+    assert "the request id is 100,000 characters long" in refused.value.details()
+
+
+def test_bodies_held_open_share_one_budget_and_the_rest_get_503_before_they_are_kept():
+    # Twelve clients each declare a 64 MiB - 1 body, send all of it but the last byte, and hold the connection:
+    # the 256 MiB budget admits four; the others wait up to CHARIOT_ADMISSION_WAIT, then get a 503 to retry.
+    size = (64 << 20) - 1
+    head = f"POST {URL} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {size}\r\n\r\n"
+    chunk = b" " * (1 << 20)
+    answers: list[bytes] = []
+    lock = threading.Lock()
+
+    def hold(engine) -> socket.socket:
+        sock = socket.create_connection(("127.0.0.1", engine.http_port), timeout=30)
+        sock.sendall(head.encode())
+        sock.settimeout(3)  # a client the engine no longer reads from stops sending and listens
+        sent = 0
+        try:
+            while sent < size - 1:
+                sent += sock.send(chunk[: min(len(chunk), size - 1 - sent)])
+        except (TimeoutError, OSError):
+            pass
+        sock.settimeout(10)
+        try:
+            answer = sock.recv(65536)
+        except (TimeoutError, OSError):
+            answer = b""
+        with lock:
+            answers.append(answer)
+        return sock
+
+    with run_engine("faulty_engine", src=HERE) as engine:
+        before = rss_mib(engine.process.pid)
+        with HealthProbe(engine) as probe, RSSGuard(engine.process, 1536) as guard:
+            threads = [threading.Thread(target=hold, args=(engine,)) for _ in range(12)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(60)
+        assert not guard.tripped, "the engine passed 1.5 GiB and was killed"
+        refused = [a for a in answers if a.startswith(b"HTTP/1.1 503")]
+        assert len(refused) >= 8, [a[:40] for a in answers]
+        assert b"retry-after: 1" in refused[0].lower() and b"CHARIOT_BODY_BUDGET_MB" in refused[0]
+        assert probe.worst < 1.0 and not probe.failures, (probe.worst, probe.failures[:3])
+        assert peak_rss_mib(engine.process.pid) < before + 4 * 64 + 400
+        # Once the held bodies are gone, the engine serves as before.
+        assert requests.post(engine.url + URL, json=png_request(16, 1), timeout=30).status_code == 200

@@ -1,0 +1,164 @@
+"""Every inference request reaches the model one way: through the pipeline (pipeline.Pipeline.answer), whatever its
+protocol, body form and transport, with CORS or gzip on or off. The pipeline counts each request it answers in
+MLServer's inference metrics: a request answered 200 that the count does not see came some other way."""
+
+import base64
+import gzip
+import json
+import re
+
+import grpc
+import pytest
+import requests
+from mlserver.grpc.dataplane_pb2_grpc import GRPCInferenceServiceStub
+
+from chariot_support.tasks import TaskType
+from chariot_support.testing import chariot_request, encode_image, grpc_request, image_input, run_demo_engine
+
+CONFIGURATIONS = {
+    "default": {},
+    "cors": {"MLSERVER_CORS_SETTINGS": '{"allow_origins": ["https://app.example"]}'},
+    "gzip": {"MLSERVER_GZIP_ENABLED": "true"},
+}
+
+
+@pytest.fixture(scope="module", params=list(CONFIGURATIONS))
+def served(request, scene):
+    with run_demo_engine(TaskType.IMAGE_CLASSIFICATION, env=CONFIGURATIONS[request.param]) as running:
+        yield request.param, running
+
+
+def answered(engine) -> float:
+    """Requests the pipeline answered, by MLServer's inference counter (any version label)."""
+    text = requests.get(f"http://127.0.0.1:{engine.metrics_port}/metrics", timeout=5).text
+    found = re.findall(r'^model_infer_request_success_total\{model="m-demo",version="[^"]*"\} (\S+)$', text, re.M)
+    return sum(float(value) for value in found)
+
+
+def sends(scene) -> dict:
+    """Each way a client can send one image, as (path, body, headers)."""
+    b64 = encode_image(scene.pixels)
+    v2 = json.dumps(chariot_request(image_input("image-0", scene.pixels)))
+    unusual = json.loads(v2)
+    unusual["inputs"][0]["shape"] = ["1"]  # read by MLServer's request model, into the same request
+    line = json.dumps({"input": b64})
+    return {
+        "v2": ("/v2/models/m-demo/infer", v2, {}),
+        "v2-slash": ("/v2/models/m-any/infer/", v2, {}),
+        "v2-version": ("/v2/models/m-demo/versions/1/infer", v2, {}),
+        "v2-unusual": ("/v2/models/m-demo/infer", json.dumps(unusual), {}),
+        "root-kserve": ("/infer", v2, {"Content-Type": "application/json"}),
+        "root-json": ("/infer", line, {"Content-Type": "application/json"}),
+        "root-jsonl": ("/infer", f"{line}\n{line}\n", {"Content-Type": "application/jsonl"}),
+        "root-file": ("/infer", base64.b64decode(b64), {"Content-Type": "image/png"}),
+        "v1-predict": ("/v1/models/m-demo:predict", json.dumps({"instances": [{"b64": b64}]}), {}),
+        "v1-classify": ("/v1/models/m-demo:classify", json.dumps({"examples": [{"image": {"b64": b64}}]}), {}),
+    }
+
+
+@pytest.mark.parametrize(
+    "kind",
+    [
+        "v2",
+        "v2-slash",
+        "v2-version",
+        "v2-unusual",
+        "root-kserve",
+        "root-json",
+        "root-jsonl",
+        "root-file",
+        "v1-predict",
+        "v1-classify",
+    ],
+)
+def test_every_rest_request_is_answered_by_the_pipeline(served, scene, kind):
+    configuration, engine = served
+    path, body, headers = sends(scene)[kind]
+    headers = {**headers, "Origin": "https://app.example", "Accept-Encoding": "gzip"}
+    before = answered(engine)
+    reply = requests.post(f"{engine.url}{path}", data=body, headers=headers, timeout=30)
+    assert reply.status_code == 200, reply.text[:300]
+    assert answered(engine) == before + 1, f"{kind} was answered without the pipeline counting it"
+    # What the configuration adds to every answer, inference included.
+    origin = reply.headers.get("access-control-allow-origin")
+    assert (origin == "https://app.example") is (configuration == "cors"), reply.headers
+    # gzip compresses answers of 500 bytes and more (Starlette's threshold, as MLServer configures it).
+    compressed = configuration == "gzip" and len(reply.content) >= 500
+    assert (reply.headers.get("content-encoding") == "gzip") is compressed, (len(reply.content), reply.headers)
+
+
+def results_of(kind: str, reply: requests.Response) -> list:
+    """The one image's results, whatever the form of the answer."""
+    if kind.startswith(("v2", "root-kserve")):
+        return [reply.json()["outputs"][0]["data"][0]]
+    if kind == "root-jsonl":
+        return [json.loads(line)["output"] for line in reply.text.splitlines()]
+    if kind.startswith("root"):
+        return [reply.json()["output"]]
+    return reply.json()["predictions"]
+
+
+def test_every_body_form_gets_the_same_results(served, scene):
+    _, engine = served
+    answers = {}
+    for kind, (path, body, headers) in sends(scene).items():
+        if kind == "v1-classify":  # another answer format, checked below
+            continue
+        reply = requests.post(f"{engine.url}{path}", data=body, headers=headers, timeout=30)
+        assert reply.status_code == 200, (kind, reply.text[:300])
+        answers[kind] = results_of(kind, reply)
+    expected = answers["v2"][0]
+    assert expected, "the demo classifies the scene"
+    for kind, results in answers.items():
+        assert all(r == expected for r in results), (kind, results, expected)
+    path, body, headers = sends(scene)["v1-classify"]
+    classified = requests.post(f"{engine.url}{path}", data=body, headers=headers, timeout=30).json()["results"][0]
+    assert classified[0][0] == expected[0]["label"]
+
+
+def test_grpc_requests_are_answered_by_the_pipeline(served, scene):
+    _, engine = served
+    body = chariot_request(image_input("image-0", scene.pixels))
+    with grpc.insecure_channel(engine.grpc_address) as channel:
+        stub = GRPCInferenceServiceStub(channel)
+        for raw in (False, True):
+            before = answered(engine)
+            stub.ModelInfer(grpc_request(body, "m-demo", raw=raw), timeout=30)
+            assert answered(engine) == before + 1
+
+
+def test_a_gzipped_answer_is_the_plain_answer_compressed(served, scene):
+    configuration, engine = served
+    if configuration != "gzip":
+        return
+    path, body, _ = sends(scene)["root-jsonl"]
+    body = body * 6  # twelve lines: an answer long enough to compress
+    jsonl = {"Content-Type": "application/jsonl"}
+    compressed = requests.post(
+        f"{engine.url}{path}", data=body, headers={**jsonl, "Accept-Encoding": "gzip"}, timeout=30, stream=True
+    )
+    raw = compressed.raw.read(decode_content=False)
+    plain = requests.post(
+        f"{engine.url}{path}", data=body, headers={**jsonl, "Accept-Encoding": "identity"}, timeout=30
+    )
+    assert compressed.headers["content-encoding"] == "gzip" and len(plain.content) >= 500
+    assert gzip.decompress(raw) == plain.content
+    assert "content-encoding" not in plain.headers
+
+
+def test_mlservers_own_app_has_no_inference_route_left(released_metrics):
+    """The REST app behind the front answers no inference: a request that got past the front would find no route."""
+    import asyncio
+
+    from chariot_support.demo import DEMO_MODELS
+    from chariot_support.server import ChariotServer, engine_settings, model_settings
+
+    async def build():  # MLServer's constructor sets signal handlers on the running loop
+        return ChariotServer(
+            engine_settings(), model=model_settings(DEMO_MODELS[TaskType.OBJECT_DETECTION], "x"), pinned=False
+        )
+
+    app = asyncio.run(build())._rest_server._app
+    posts = sorted(route.path for route in app.router.routes if "POST" in (getattr(route, "methods", None) or ()))
+    assert not [p for p in posts if p.endswith(("/infer", "/infer/")) or p.startswith("/v1/models/")], posts
+    assert posts, "the app should keep its other POST routes (repository, infer_stream)"

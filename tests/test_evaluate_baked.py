@@ -1,0 +1,71 @@
+"""The evaluation command in a baked engine: the CI workflow's commented step, once uncommented, evaluates the
+engine's own package (found beside chariot_support) on a held-back set, and the README's picture is the file
+committed in the template, copied unrendered."""
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from support.evaluation_scenes import coco, scenes
+from template_paths import ENGINE_TEMPLATE
+
+
+def evaluation_step(root: Path) -> dict:
+    """The workflow's commented-out Evaluate step, uncommented as its comment says to."""
+    text = (root / ".github" / "workflows" / "ci.yml").read_text()
+    block = re.search(r"^(\s*)# - name: Evaluate\n(?:\1#.*\n)+", text, re.M)
+    assert block, "ci.yml has no commented Evaluate step"
+    indent = block[1]
+    lines = [line.replace(f"{indent}# ", indent, 1) for line in block[0].splitlines()]
+    (step,) = yaml.safe_load("\n".join(line.removeprefix(indent) for line in lines))
+    return step
+
+
+def test_the_ci_step_evaluates_the_baked_engine_on_a_held_back_set(baked, tmp_path):
+    root = Path(shutil.copytree(baked("Object Detection"), tmp_path / "engine"))
+    step = evaluation_step(root)
+    install, command = step["run"].strip().splitlines()
+    assert install == "pip install -c constraints.txt -e '.[eval]'"
+    assert command == "python -m chariot_support.evaluate evaluation-data/instances.json --min mAP=0.5"
+    coco(root / "evaluation-data", scenes(3, seed=2))
+    env = {**os.environ, "PYTHONPATH": str(root / "src")}  # what the editable install gives
+    env.pop("MODEL_DIR", None)  # the demo reads no files
+    result = subprocess.run(
+        [sys.executable, *command.split()[1:]], cwd=root, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "starting chariot_engine" in result.stderr  # the baked engine's own package, found beside chariot_support
+    assert (root / "evaluation" / "metrics.json").is_file()
+    assert result.stdout.splitlines()[1].split() == ["mAP", "1.0000"]
+    subprocess.run(["git", "init", "-q"], cwd=root, check=True)
+    ignored = subprocess.run(["git", "check-ignore", "-q", "--no-index", "evaluation/report.md"], cwd=root)
+    assert ignored.returncode == 0, "the evaluation's output would show as untracked files"
+
+
+def test_the_readme_shows_a_real_runs_picture(baked):
+    root = Path(baked("Image Segmentation"))
+    readme = (root / "README.md").read_text()
+    assert "### Evaluate before you push" in readme
+    assert "](docs/evaluation-worst-image.png)" in readme
+    shipped = ENGINE_TEMPLATE / "docs" / "evaluation-worst-image.png"
+    assert (root / "docs" / "evaluation-worst-image.png").read_bytes() == shipped.read_bytes()
+    assert shipped.stat().st_size < 100_000
+    assert "python -m chariot_support.evaluate evaluation-data/instances.json --min mAP=0.5" in readme
+
+
+def test_the_evaluation_extra_stays_out_of_the_image(baked):
+    import tomllib
+
+    root = Path(baked("Object Detection"))
+    project = tomllib.loads((root / "pyproject.toml").read_text())["project"]
+    extra = project["optional-dependencies"]["eval"]
+    assert any(r.startswith("valor-lite==") for r in extra) and all("==" in r for r in extra)
+    assert not {r.split("==")[0] for r in extra} & {re.split(r"[=<>]", r)[0] for r in project["dependencies"]}
+    # The image installs pyproject's `dependencies` and then the engine itself, never with an extra.
+    dockerfile = (root / "Dockerfile").read_text()
+    assert "['project']['dependencies']" in dockerfile and "[eval]" not in dockerfile and ".[" not in dockerfile

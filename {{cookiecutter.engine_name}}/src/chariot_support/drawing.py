@@ -1,0 +1,138 @@
+"""Results drawn on their image, as the command-line client and the evaluation draw them: boxes, rotated boxes and
+contours with their label and score, labels and prompt answers as text below the picture."""
+
+from __future__ import annotations
+
+import math
+import zlib
+from collections.abc import Sequence
+
+import cv2
+import numpy as np
+
+# Outline colours (BGR) that stand out against the demo's saturated red, green and blue shapes and each other.
+PALETTE = (
+    (0, 215, 255),  # amber
+    (255, 0, 255),  # magenta
+    (255, 255, 0),  # cyan
+    (0, 140, 255),  # orange
+    (255, 255, 255),  # white
+    (180, 105, 255),  # pink
+    (0, 255, 191),  # chartreuse
+    (255, 144, 30),  # sky
+)
+# Labels that name a colour are drawn in it (BGR), so a "red" box is red.
+NAMED_COLOURS = {
+    "red": (0, 0, 255),
+    "green": (0, 255, 0),
+    "blue": (255, 0, 0),
+    "yellow": (0, 255, 255),
+    "cyan": (255, 255, 0),
+    "magenta": (255, 0, 255),
+    "orange": (0, 165, 255),
+    "purple": (128, 0, 128),
+    "white": (255, 255, 255),
+    "black": (0, 0, 0),
+    "grey": (128, 128, 128),
+    "gray": (128, 128, 128),
+}
+# A dark edge under every outline, so a box in its label's colour shows on a shape of that colour.
+HALO = (0, 0, 0)
+FONT = cv2.FONT_HERSHEY_SIMPLEX
+
+
+def colour_of(label: str) -> tuple[int, int, int]:
+    """A colour per label, the same on every run and every image: the colour itself when the label names one."""
+    named = NAMED_COLOURS.get(label.strip().lower())
+    return named if named is not None else PALETTE[zlib.crc32(label.encode()) % len(PALETTE)]
+
+
+def _sizes(image: np.ndarray) -> tuple[int, float]:
+    side = min(image.shape[:2])
+    return max(2, round(side / 240)), max(0.4, side / 600)
+
+
+def _caption(image: np.ndarray, text: str, anchor: tuple[int, int], colour: tuple[int, int, int], scale: float) -> None:
+    """`text` on a filled label in `colour`, sitting on top of `anchor`, moved inside the image if need be."""
+    (width, height), baseline = cv2.getTextSize(text, FONT, scale, 1)
+    x = int(min(max(anchor[0], 0), max(image.shape[1] - width - 4, 0)))
+    y = int(anchor[1])
+    if y - height - baseline - 4 < 0:
+        y = height + baseline + 4
+    cv2.rectangle(image, (x, y - height - baseline - 4), (x + width + 4, y), colour, cv2.FILLED)
+    cv2.putText(image, text, (x + 2, y - baseline - 2), FONT, scale, (0, 0, 0), 1, cv2.LINE_AA)
+
+
+def wrap(text: str, scale: float, width: int) -> list[str]:
+    lines, current = [], ""
+    for word in text.split():
+        candidate = f"{current} {word}".strip()
+        if current and cv2.getTextSize(candidate, FONT, scale, 1)[0][0] > width:
+            lines.append(current)
+            current = word
+        else:
+            current = candidate
+    return [*lines, current] if current else lines
+
+
+def _text_panel(image: np.ndarray, lines: Sequence[tuple[str, tuple[int, int, int]]], scale: float) -> np.ndarray:
+    """`image` with a dark band added below it holding lines of text, for results that have no place in the
+    picture: the picture itself stays whole."""
+    height = cv2.getTextSize("Ag", FONT, scale, 1)[0][1]
+    step = int(height * 1.8) + 2
+    band = np.full((step * len(lines) + 8, image.shape[1], 3), 32, image.dtype)
+    for index, (text, colour) in enumerate(lines):
+        cv2.putText(band, text, (6, 4 + step * index + height + 2), FONT, scale, colour, 1, cv2.LINE_AA)
+    return np.vstack([image, band])
+
+
+def draw(image: np.ndarray, results: Sequence[dict]) -> np.ndarray:
+    """A copy of `image` (BGR) with `results` drawn on it: boxes, rotated boxes and contours with their label and
+    score; labels or prompt answers as text in a band added below the picture."""
+    canvas = image.copy()
+    thickness, scale = _sizes(canvas)
+    height, width = canvas.shape[:2]
+    text_lines: list[tuple[str, tuple[int, int, int]]] = []
+    for result in results:
+        label = str(result.get("label", ""))
+        colour = colour_of(label)
+        caption = f"{label} {result['score']:.2f}" if "score" in result else label
+        if {"xmin", "ymin", "xmax", "ymax"} <= result.keys():
+            top_left = (round(result["xmin"]), round(result["ymin"]))
+            bottom_right = (round(result["xmax"]), round(result["ymax"]))
+            cv2.rectangle(canvas, top_left, bottom_right, HALO, thickness + 2)
+            cv2.rectangle(canvas, top_left, bottom_right, colour, thickness)
+            _caption(canvas, caption, top_left, colour, scale)
+        elif {"cx", "cy", "w", "h", "r"} <= result.keys():
+            # Normalised to the image; OpenCV's angle is clockwise on screen in degrees, as Chariot's r is in radians.
+            rect = (
+                (result["cx"] * width, result["cy"] * height),
+                (result["w"] * width, result["h"] * height),
+                math.degrees(result["r"]),
+            )
+            corners = np.round(cv2.boxPoints(rect)).astype(np.int32)
+            cv2.polylines(canvas, [corners], True, HALO, thickness + 2, cv2.LINE_AA)
+            cv2.polylines(canvas, [corners], True, colour, thickness, cv2.LINE_AA)
+            top = corners[np.argmin(corners[:, 1])]
+            _caption(canvas, caption, (int(top[0]), int(top[1])), colour, scale)
+        elif "contour" in result:
+            polygons = [np.array([[round(p["x"]), round(p["y"])] for p in c], np.int32) for c in result["contour"] if c]
+            overlay = canvas.copy()
+            # A lighter tint, so a region stays visible when its colour is the label's own ("red" on red).
+            cv2.fillPoly(overlay, polygons, tuple((c + 255) // 2 for c in colour))
+            cv2.addWeighted(overlay, 0.35, canvas, 0.65, 0, dst=canvas)
+            cv2.polylines(canvas, polygons, True, HALO, thickness + 2, cv2.LINE_AA)
+            cv2.polylines(canvas, polygons, True, colour, thickness, cv2.LINE_AA)
+            points = np.concatenate(polygons)
+            top = points[np.argmin(points[:, 1])]
+            _caption(canvas, caption, (int(top[0]), int(top[1])), colour, scale)
+        elif "answer" in result:
+            for text in wrap(f"Q: {result.get('prompt', '')}", scale, width - 12):
+                text_lines.append((text, (200, 200, 200)))
+            for text in wrap(f"A: {result['answer']}", scale, width - 12):
+                text_lines.append((text, (255, 255, 255)))
+        elif label:
+            text_lines.append((caption, colour))
+    if text_lines:
+        canvas = _text_panel(canvas, text_lines, scale)
+    return canvas

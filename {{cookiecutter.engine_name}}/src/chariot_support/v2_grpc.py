@@ -1,0 +1,123 @@
+"""The Open Inference Protocol (V2) over gRPC: a ModelInferRequest read into the engine's request, and the answer
+written as a ModelInferResponse. A request in the plain shape image clients send (BYTES inputs, plain parameters) is
+read straight from the message; any other is read by MLServer's converter, with its coercions, into the same
+request."""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+from google.protobuf.unknown_fields import UnknownFieldSet
+from mlserver.grpc import dataplane_pb2 as pb
+from mlserver.grpc.converters import ModelInferRequestConverter
+
+from . import v2
+from .decoding import Request, Tensor, plain_parameters
+from .errors import BadRequest
+from .inference import Answer
+
+
+def parse(request: pb.ModelInferRequest) -> Request:
+    """The request a ModelInferRequest carries."""
+    _wider_parameters(request.parameters)
+    for tensor in request.inputs:
+        _wider_parameters(tensor.parameters)
+    return plain_grpc_request(request) or _converted(request)
+
+
+def _wider_parameters(parameters) -> None:
+    """MLServer's gRPC schema knows bool, int64 and string parameters; clients built on the full Open Inference
+    Protocol (tritonclient) also send double and uint64 ones, which arrive as unknown fields and would be lost.
+    They are read here: a double becomes its decimal string (as a JSON client's number reads), a uint64 an int64."""
+    for key in list(parameters):
+        parameter = parameters[key]
+        if parameter.WhichOneof("parameter_choice") is not None:
+            continue
+        for field in UnknownFieldSet(parameter):
+            if field.field_number == 4 and field.wire_type == 1:  # double_param
+                parameters[key].string_param = repr(struct.unpack("<d", struct.pack("<Q", field.data))[0])
+            elif field.field_number == 5 and field.wire_type == 0 and field.data < 2**63:  # uint64_param
+                parameters[key].int64_param = field.data
+
+
+def _grpc_parameters(parameters) -> dict[str, Any] | None:
+    """gRPC parameters as plain values; None when one holds a kind MLServer's parameters model reads its own way."""
+    values = {}
+    for key, parameter in parameters.items():
+        kind = parameter.WhichOneof("parameter_choice")
+        if kind is None:
+            return None
+        values[key] = getattr(parameter, kind)
+    return values if plain_parameters(values) else None
+
+
+def _unpack_bytes(raw: bytes) -> list[bytes] | None:
+    """A BYTES tensor's raw contents: each element a 4-byte little-endian length, then its bytes; None if cut short."""
+    items, at = [], 0
+    while at < len(raw):
+        size = int.from_bytes(raw[at : at + 4], "little")
+        if at + 4 + size > len(raw):
+            return None
+        items.append(raw[at + 4 : at + 4 + size])
+        at += 4 + size
+    return items
+
+
+def plain_grpc_request(request: pb.ModelInferRequest) -> Request | None:
+    """The request read straight into the runtime's request when it has the plain shape image clients send (BYTES
+    inputs, in their contents or well-formed raw contents, and plain parameters), else None: MLServer's converter
+    then reads it, with its coercions and errors. Call after `_wider_parameters`."""
+    raw = request.raw_input_contents
+    if raw and len(raw) != len(request.inputs):
+        return None
+    inputs = []
+    for index, tensor in enumerate(request.inputs):
+        parameters = _grpc_parameters(tensor.parameters)
+        if tensor.datatype != "BYTES" or parameters is None:
+            return None
+        data = _unpack_bytes(raw[index]) if raw else list(tensor.contents.bytes_contents)
+        if data is None:
+            return None
+        inputs.append(Tensor(name=tensor.name, data=data, shape=list(tensor.shape), parameters=parameters or None))
+    parameters = _grpc_parameters(request.parameters)
+    if parameters is None:
+        return None
+    return Request(inputs=inputs, parameters=parameters or None, id=request.id or None)
+
+
+def render(answer: Answer, *, raw: bool) -> pb.ModelInferResponse:
+    """The answer as a ModelInferResponse: each image's results as one JSON-encoded BYTES element (in the raw
+    contents when the request came that way), the metadata passed back as string parameters."""
+    answered = answer.answered
+    response = pb.ModelInferResponse(model_name=answer.model_name, id=answer.request_id)
+    if answer.model_version is not None:
+        response.model_version = answer.model_version
+    if answered.metadata is not None:
+        response.parameters["metadata"].string_param = answered.metadata
+    for name, results, metadata in zip(answered.names, answered.results, answered.image_metadata, strict=True):
+        tensor = response.outputs.add(name=name, datatype="BYTES", shape=[1])
+        if metadata is not None:
+            tensor.parameters["metadata"].string_param = metadata
+        if raw:
+            response.raw_output_contents.append(len(results).to_bytes(4, "little") + results)
+        else:
+            tensor.contents.bytes_contents.append(results)
+    return response
+
+
+def _converted(request: pb.ModelInferRequest) -> Request:
+    """A request in any other shape, read by MLServer's converter with its coercions; a malformed
+    `raw_input_contents` is the client's mistake."""
+    if request.raw_input_contents and len(request.raw_input_contents) != len(request.inputs):
+        raise BadRequest(
+            f"raw_input_contents has {len(request.raw_input_contents)} entries for {len(request.inputs)} inputs:"
+            " send one entry per input, in input order"
+        )
+    try:
+        return v2.request_from_model(ModelInferRequestConverter.to_types(request))
+    except Exception as error:  # noqa: BLE001 - the converter raises struct and index errors on bad raw bytes
+        raise BadRequest(
+            f"raw_input_contents could not be read ({type(error).__name__}: {error}): each BYTES element must be"
+            " a 4-byte little-endian length followed by that many bytes"
+        ) from None

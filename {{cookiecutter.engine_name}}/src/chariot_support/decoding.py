@@ -443,10 +443,31 @@ def decode_image(encoded: bytes, where: str, limits: Limits = DEFAULT_LIMITS, it
     _, _, kind = image_header(encoded, where, limits, item)
     if not _complete(encoded, kind):
         raise BadRequest(f"{where}: the {kind} file is cut short (it has no end marker); send the whole file")
-    pixels = cv2.imdecode(np.frombuffer(encoded, np.uint8), cv2.IMREAD_COLOR_RGB)
+    buffer = np.frombuffer(encoded, np.uint8)
+    pixels = cv2.imdecode(buffer, cv2.IMREAD_COLOR_RGB)
+    if pixels is None and kind == "TIFF":
+        pixels = _float_tiff(buffer)
     if pixels is None:
         raise BadRequest(f"{item or where + ': data[0]'} could not be decoded as an image; is the file complete?")
     return pixels
+
+
+def _float_tiff(buffer: np.ndarray) -> np.ndarray | None:
+    """RGB pixels of a TIFF of floating-point samples (Pillow's mode F: measurements, masks), which OpenCV reads only
+    as they are; None for any other file. Samples are 0-1 when none is above 1, else 0-255; beyond is clipped and
+    NaN is 0."""
+    samples = cv2.imdecode(buffer, cv2.IMREAD_UNCHANGED)
+    if samples is None or samples.dtype.kind != "f":
+        return None
+    samples = np.nan_to_num(samples, copy=False, nan=0.0, posinf=255.0, neginf=0.0)
+    if samples.max(initial=0.0) <= 1.0:
+        samples *= 255
+    pixels = np.clip(np.rint(samples, out=samples), 0, 255, out=samples).astype(np.uint8)
+    if pixels.ndim == 3 and pixels.shape[2] == 1:
+        pixels = pixels[:, :, 0]
+    if pixels.ndim == 2:
+        return cv2.cvtColor(pixels, cv2.COLOR_GRAY2RGB)
+    return cv2.cvtColor(pixels, cv2.COLOR_BGRA2RGB if pixels.shape[2] == 4 else cv2.COLOR_BGR2RGB)
 
 
 def _complete(encoded: bytes, kind: str | None) -> bool:

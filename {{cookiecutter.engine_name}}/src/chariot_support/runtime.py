@@ -154,6 +154,8 @@ class _Workers:
                 future.set_exception(exc)
             if getattr(future, "written_off", False) and not self.stuck.returned():
                 return
+            # An idle thread would otherwise hold its last request (body, images, answer) until the next one came.
+            del job, future, fn, args
 
     def shutdown(self) -> None:
         for _ in range(self._size):

@@ -14,18 +14,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from mlserver.types import InferenceRequest
 
-from chariot_support.decoding import (
-    DEFAULT_LIMITS,
-    Limits,
-    Request,
-    Tensor,
-    _quick_header,
-    decode_image,
-    image_header,
-    parse_request,
-    request_from_json,
-)
+from chariot_support.decoding import Request, Tensor, parse_request, request_from_json
 from chariot_support.errors import BadRequest
+from chariot_support.images import _quick_header, decode_image, image_header
+from chariot_support.limits import DEFAULT_LIMITS, Limits
 from chariot_support.tasks import TaskType
 from chariot_support.testing import as_image, encode_image, expect_error
 

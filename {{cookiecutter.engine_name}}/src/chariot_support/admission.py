@@ -14,8 +14,10 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
-from .decoding import ImageInput, Limits, image_header
+from .decoding import ImageInput
 from .errors import ChariotError
+from .images import image_header
+from .limits import Limits
 from .settings import EngineSettings, config
 
 logger = logging.getLogger("chariot_support")

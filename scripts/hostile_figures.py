@@ -1,10 +1,11 @@
 """Attack an engine on loopback and report what it held: peak RSS, threads and health latency per attack.
 
-    .venv/bin/python scripts/hostile_figures.py [--slow-clients]
+    .venv/bin/python scripts/hostile_figures.py [--slow-clients | --grpc]
 
 Starts the faulty test engine with default settings (plus what each attack names), one engine per attack, and
 stops each by its process id. Prints a Markdown table for the README's reliability section. `--slow-clients` runs
-only the attacks of slow clients on the connection table (about a minute)."""
+only the attacks of slow clients on the connection table (about a minute); `--grpc` only the gRPC attacks, whose
+table is printed after the others."""
 
 import json
 import os
@@ -12,6 +13,7 @@ import signal
 import sys
 import threading
 import time
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -21,7 +23,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "{{cookiecutter.engine_name}}" / "src"), str(ROOT / "tests" / "support")]
 os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [sys.path[0], os.environ.get("PYTHONPATH")]))
 
-from hostile import HERE, HealthProbe, RSSGuard, peak_rss_mib, png_request, threads, wait_until  # noqa: E402
+from grpc_attacks import BothHealthProbe, RawCalls, call_all, call_apart, infer_message  # noqa: E402
+from hostile import HERE, HealthProbe, RSSGuard, peak_rss_mib, png_request, rss_mib, threads, wait_until  # noqa: E402
 from test_hostile_slow_clients import TRICKLED_BODY_HEAD, answers_by, connect_all  # noqa: E402
 from test_hostile_workers import children, serving_again  # noqa: E402
 
@@ -141,5 +144,73 @@ def slow_client_rows() -> list[str]:
     ]
 
 
+# gRPC attacks: each row says what the same attack did before gRPC calls were bounded.
+GRPC_BEFORE = {
+    "5,000 ModelInfer calls at once": "2,100 CANCELLED, dropped unlogged",
+    "10 ModelInfer calls of 60 MiB at once": "peak 3.5 GB, 3.4 GB held after",
+    "40 ModelInfer calls of 60 MiB at once": "past 6 GiB, 2× `MemoryError` 500",
+    "300 calls over raw HTTP/2 never read (window 0)": "2.2 GB, 2.19 GB held after (each with a 1 MiB id)",
+    "6 black 9,999×9,999 PNGs at once over gRPC": "peak 2.06 GB against a 1,024 MiB decode budget",
+}
+
+
+def grpc_attack(name: str, send) -> str:
+    """Run `send(engine)` (which returns a Counter of gRPC answers) against a fresh engine with health probes."""
+    with run_engine("faulty_engine", src=HERE) as engine:
+        start = rss_mib(engine.process.pid)
+        with BothHealthProbe(engine) as probe, RSSGuard(engine.process, 6 * 1024) as guard:
+            answers = send(engine)
+        if guard.tripped:
+            return f"| {name} | {GRPC_BEFORE[name]} | killed at 6 GiB | | | | |"
+        wait_until(lambda: rss_mib(engine.process.pid) < start + 100, 10, 0.25)
+        after, peak = rss_mib(engine.process.pid), peak_rss_mib(engine.process.pid)
+        counts = ", ".join(f"{n:,}× {code}" for code, n in answers.most_common())
+        health = f"{probe.worst:.2f} s ({probe.slowest})" if not probe.failures else f"{len(probe.failures)} failed"
+        return f"| {name} | {GRPC_BEFORE[name]} | {counts} | {peak:,.0f} MiB | {after:,.0f} MiB | {health} |"
+
+
+def unread_answers(engine) -> Counter:
+    message = infer_message(request_id="r" * 256).SerializeToString()
+    client = RawCalls(engine)
+    try:
+        streams = [client.call(message) for _ in range(300)]
+        client.read(5.0)
+    finally:
+        client.close()
+    names = {"8": "RESOURCE_EXHAUSTED", "14": "UNAVAILABLE"}
+    return Counter(names.get(client.statuses[s][0], "held") if s in client.statuses else "held" for s in streams)
+
+
+def codes(answers: Counter) -> Counter:
+    """Answers counted by status alone."""
+    counted = Counter()
+    for (code, _), n in answers.items():
+        counted[code] += n
+    return counted
+
+
+def grpc_main() -> None:
+    rows = [
+        grpc_attack(
+            "5,000 ModelInfer calls at once",
+            lambda e: codes(call_all(e, [infer_message(fault="sleep", seconds="0.05")] * 5000, channels=10)),
+        ),
+        grpc_attack("10 ModelInfer calls of 60 MiB at once", lambda e: codes(call_apart(e, 10, padding=60 << 20))),
+        grpc_attack("40 ModelInfer calls of 60 MiB at once", lambda e: codes(call_apart(e, 40, padding=60 << 20))),
+        grpc_attack("300 calls over raw HTTP/2 never read (window 0)", unread_answers),
+        grpc_attack(
+            "6 black 9,999×9,999 PNGs at once over gRPC",
+            lambda e: codes(call_apart(e, 6, side=9_999)),
+        ),
+    ]
+    print("| gRPC attack | before | answers | peak RSS | RSS after | slowest health (new connection) |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    print("\n".join(rows))
+
+
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:] != ["--grpc"]:
+        main()
+    if sys.argv[1:] in ([], ["--grpc"]):
+        print()
+        grpc_main()

@@ -21,8 +21,9 @@ from mlserver.grpc.dataplane_pb2_grpc import GRPCInferenceServiceStub
 from mlserver.types import InferenceRequest
 from pydantic import ValidationError
 
-from chariot_support.decoding import decode_image, parse_request
+from chariot_support.decoding import parse_request
 from chariot_support.errors import ChariotError
+from chariot_support.images import decode_image
 from chariot_support.pipeline import request_id_of
 from chariot_support.testing import encode_image, grpc_request
 

@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 
 from chariot_support import chariot_v2
-from chariot_support.decoding import image_header, parse_request
+from chariot_support.decoding import parse_request
 from chariot_support.errors import BadRequest
+from chariot_support.images import image_header
 from chariot_support.tasks import TaskType
 from chariot_support.testing import encode_image, expect_error
 

@@ -14,18 +14,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from mlserver.types import InferenceRequest
 
-from chariot_support.decoding import (
-    DEFAULT_LIMITS,
-    Limits,
-    Request,
-    Tensor,
-    _quick_header,
-    decode_image,
-    image_header,
-    parse_request,
-    request_from_json,
-)
+from chariot_support.decoding import Request, Tensor, parse_request, request_from_json
 from chariot_support.errors import BadRequest
+from chariot_support.images import _quick_header, decode_image, image_header
+from chariot_support.limits import DEFAULT_LIMITS, Limits
 from chariot_support.tasks import TaskType
 from chariot_support.testing import as_image, encode_image, expect_error
 
@@ -451,3 +443,28 @@ def test_a_plain_body_reads_straight_into_a_request():
 )
 def test_a_body_in_any_other_shape_is_left_to_the_servers_request_model(body):
     assert request_from_json(body) is None
+
+
+@pytest.mark.parametrize(
+    "values, expected",
+    [
+        (np.array([[0.0, 0.5, 1.0]], np.float32), [0, 128, 255]),  # 0-1 samples
+        (np.array([[0.0, 100.4, 300.0]], np.float32), [0, 100, 255]),  # 0-255 samples, clipped
+        (np.array([[np.nan, 20.0, -5.0]], np.float32), [0, 20, 0]),
+    ],
+    ids=["unit", "bytes", "nan"],
+)
+def test_a_float_tiff_is_read_as_grey_pixels(values, expected):
+    encoded = io.BytesIO()
+    PIL.Image.fromarray(values, mode="F").save(encoded, "TIFF")
+    pixels = decode_image(encoded.getvalue(), "input 'image'")
+    assert pixels.dtype == np.uint8 and pixels.shape == (1, 3, 3)
+    assert pixels[0, :, 0].tolist() == expected
+    assert (pixels == pixels[..., :1]).all()  # grey: the same in every channel
+
+
+def test_a_tiff_that_is_not_an_image_is_still_refused():
+    encoded = io.BytesIO()
+    PIL.Image.fromarray(np.zeros((4, 4), np.float32), mode="F").save(encoded, "TIFF")
+    cut = encoded.getvalue()[:-40]
+    expect_error(lambda: decode_image(cut, "input 'image'"), BadRequest, "input 'image'")

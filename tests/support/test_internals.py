@@ -584,6 +584,46 @@ def test_the_grpc_server_keeps_mlservers_interceptors_tracing_included(monkeypat
     assert type(server._grpc_server._inference_servicer).__name__ == "ChariotInferenceServicer"
 
 
+def test_the_grpc_server_is_built_by_the_aio_name_the_engine_swaps(released_metrics, monkeypatch):
+    """The engine's gRPC limits reach gRPC only if MLServer builds its server with its module's `aio.server(...)`,
+    passing interceptors= and options=."""
+    from mlserver.grpc import server as grpc_server
+
+    from chariot_support.demo import DEMO_MODELS
+    from chariot_support.grpc_limits import CallLimits
+    from chariot_support.server import ChariotServer, engine_settings, model_settings
+
+    built_with = {}
+    real = grpc_server.aio.server
+
+    def recording(*args, **kwargs):
+        built_with.update(kwargs)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(grpc_server.aio, "server", recording)
+
+    async def build():  # MLServer's constructor sets signal handlers on the running loop
+        built = ChariotServer(
+            engine_settings(), model=model_settings(DEMO_MODELS[next(iter(DEMO_MODELS))], "x"), pinned=False
+        )
+        built._grpc_server._create_server()
+        return built
+
+    server = asyncio.run(build())
+    holds(
+        isinstance(server._grpc_server.limits, CallLimits),
+        "GRPCServer._create_server no longer builds its server with mlserver.grpc.server's `aio.server(...)`, so the"
+        " engine's gRPC limits (CHARIOT_GRPC_MAX_CALLS, the body budget) are not installed",
+    )
+    holds(
+        built_with.get("interceptors", [None])[0] is server._grpc_server.limits
+        and ("grpc.http2.bdp_probe", 0) in built_with.get("options", []),
+        "GRPCServer._create_server no longer passes interceptors= and options= to aio.server, so the engine's"
+        " interceptor and server options are not installed",
+    )
+    holds(grpc_server.aio.server is recording, "the engine left mlserver.grpc.server's `aio` swapped after the build")
+
+
 # MLServer's modules the support package may use outside internals.py: its documented API (types, settings,
 # errors, the data plane and repository handlers, the gRPC messages and their converters).
 PUBLIC_MLSERVER = {
@@ -643,6 +683,7 @@ ENGINE_OWN = {
     "_engine",  # _EngineGRPCServer's link to the engine it serves
     "workers",  # the supervisor (workers.py) the engine's data plane holds
     "closing",  # the supervisor's flag that the engine is stopping
+    "limits",  # _EngineGRPCServer's interceptor in front of every gRPC call, set as its server is built
 }
 
 
@@ -743,6 +784,7 @@ _GUARD = (test_a_guarded_dispatcher_rotates_over_the_policys_workers_and_bounds_
 _SERVED = (test_served_inference_does_what_mlservers_data_plane_does_around_an_inference,)
 _ENGINE = (test_the_engine_server_builds_and_starts_mlservers_servers_from_its_parts,)
 _GRPC = (*_ENGINE, test_the_grpc_server_keeps_mlservers_interceptors_tracing_included)
+_GRPC_AIO = (test_the_grpc_server_is_built_by_the_aio_name_the_engine_swaps,)
 CANARIES = {
     # The parallel workers (workers.py's supervisor)
     "_default_pool": _POOLS,
@@ -790,7 +832,8 @@ CANARIES = {
     "_create_server": _GRPC,
     "_server": _GRPC,
     "InferenceServicer": _GRPC,
-    "mlserver.grpc.server": _GRPC,
+    "mlserver.grpc.server": (*_GRPC, *_GRPC_AIO),
+    "aio": _GRPC_AIO,
     "mlserver.grpc.server.GRPCServer": _GRPC,
     "mlserver.grpc.servicers.InferenceServicer": _GRPC,
 }

@@ -8,8 +8,8 @@ import cv2
 import numpy as np
 import pytest
 
-from chariot_support.decoding import Limits, decode_image
 from chariot_support.errors import BadRequest, InvalidResult
+from chariot_support.images import decode_image
 from chariot_support.inference import Answer, Answered
 from chariot_support.legacy import (
     STATUS_PATH,
@@ -21,6 +21,7 @@ from chariot_support.legacy import (
     read_body,
     render,
 )
+from chariot_support.limits import Limits
 from chariot_support.runtime import validate_explanations
 from chariot_support.tasks import TaskType
 from chariot_support.testing import encode_image, expect_error

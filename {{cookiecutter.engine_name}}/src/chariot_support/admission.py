@@ -4,15 +4,20 @@ memory budgets, and the threads that predicts past CHARIOT_PREDICT_TIMEOUT keep.
 from __future__ import annotations
 
 import asyncio
+import ctypes
+import ctypes.util
 import functools
+import gc
 import logging
 import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
-from .decoding import ImageInput, Limits, image_header
+from .decoding import ImageInput
 from .errors import ChariotError
+from .images import image_header
+from .limits import Limits
 from .settings import EngineSettings, config
 
 logger = logging.getLogger("chariot_support")
@@ -44,17 +49,20 @@ class MemoryBudget:
         self._room = threading.Condition()
 
     def cost(self, images: Sequence[ImageInput]) -> int:
-        """Decoded bytes of `images`, read from their headers alone; a 413 when they can never be served."""
-        pixels = 0
+        """What decoding `images` holds at its peak, read from their headers alone: their pixels, and a second copy
+        of the largest, which OpenCV decodes into a buffer of its own and then copies out. A 413 when they can
+        never be served."""
+        pixels = largest = 0
         for image in images:
             width, height, _ = image_header(image.encoded, image.where, self._limits, image.item)
             pixels += width * height
+            largest = max(largest, width * height)
         if pixels > self._settings.max_request_pixels:
             raise TooLarge(
                 f"the request's images hold {pixels:,} pixels, more than this engine decodes for one request"
                 f" ({self._settings.max_request_pixels:,}, CHARIOT_MAX_REQUEST_PIXELS): send fewer or smaller images"
             )
-        cost = pixels * BYTES_PER_PIXEL
+        cost = (pixels + largest) * BYTES_PER_PIXEL
         if cost > self._capacity:
             raise TooLarge(
                 f"the request's images decode to {cost >> 20:,} MiB, more than this engine's decode budget"
@@ -130,12 +138,16 @@ class BodyBudget:
     def __init__(self, capacity_bytes: int, wait_seconds: float):
         self.capacity = capacity_bytes
         self.used = 0
+        self._released = 0  # bytes of bodies let go since memory was last reclaimed
         self._wait = wait_seconds
         self._room: asyncio.Condition | None = None
 
     def _full(self, size: int) -> Overloaded:
         logger.warning("refused a request body of %d KiB: the body budget is full", size >> 10)
-        return Overloaded(
+        return Overloaded(self.full_message())
+
+    def full_message(self) -> str:
+        return (
             f"the engine holds as many request bodies as its memory budget allows ({self.capacity >> 20:,} MiB,"
             " CHARIOT_BODY_BUDGET_MB); retry shortly"
         )
@@ -164,6 +176,10 @@ class BodyBudget:
 
     def release(self, size: int) -> None:
         self.used -= size
+        self._released += size
+        if self._released >= RECLAIM_AFTER_BYTES:
+            self._released = 0
+            _reclaim_soon()
         if self._room is not None:
             room = self._room
 
@@ -172,6 +188,45 @@ class BodyBudget:
                     room.notify_all()
 
             asyncio.get_running_loop().create_task(wake())
+
+
+# Bodies leave their copies (message, parsed request, decoded inputs) behind in reference cycles that Python's
+# collector, which counts objects rather than bytes, may not visit for many requests; and glibc keeps freed heap
+# pages. Ten 60 MiB gRPC calls left 3.4 GB held after they were answered. Once this many bytes of bodies have been
+# let go, memory is reclaimed: a collection and a trim cost about 25 ms of the event loop.
+RECLAIM_AFTER_BYTES = 64 << 20
+RECLAIM_DELAY = 0.5  # seconds: one reclaim after a burst of large requests, once their answers are sent
+
+
+def reclaim_memory() -> None:
+    """Collect reference cycles and hand freed heap pages back to the system (glibc's malloc_trim)."""
+    gc.collect()
+    if _LIBC is not None:
+        _LIBC.malloc_trim(0)
+
+
+def _load_libc():
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+    except OSError:
+        return None
+    return libc if hasattr(libc, "malloc_trim") else None  # musl and macOS have none
+
+
+_LIBC = _load_libc()
+_reclaiming: list[asyncio.TimerHandle] = []
+
+
+def _reclaim_soon() -> None:
+    if _reclaiming:
+        return
+    loop = asyncio.get_running_loop()
+
+    def run() -> None:
+        _reclaiming.clear()
+        reclaim_memory()
+
+    _reclaiming.append(loop.call_later(RECLAIM_DELAY, run))
 
 
 @functools.cache

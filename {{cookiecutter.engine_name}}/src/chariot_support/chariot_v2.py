@@ -13,9 +13,9 @@ from typing import Any
 
 import orjson
 
-from .decoding import _IMAGE_MAGIC as IMAGE_MAGIC
 from .decoding import Place, Request, Tensor, check_base64
 from .errors import BadRequest
+from .images import IMAGE_MAGIC
 from .settings import config
 
 PARAMETERS_HEADER = "chariot-inference-parameters"

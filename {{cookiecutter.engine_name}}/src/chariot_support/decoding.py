@@ -5,55 +5,24 @@ from __future__ import annotations
 
 import base64
 import binascii
-import io
 import json
-import math
 import re
-import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-import cv2
 import numpy as np
-import PIL.Image
 
 from .errors import BadRequest
+from .images import IMAGE_MAGIC
+from .limits import DEFAULT_LIMITS, Limits
 from .tasks import TaskType
+from .tensors import NUMERIC_DTYPES, check_shape, datatype_of, decode_tensor, flat_data
 
-NUMERIC_DTYPES = {
-    "BOOL": np.bool_,
-    "UINT8": np.uint8,
-    "UINT16": np.uint16,
-    "UINT32": np.uint32,
-    "UINT64": np.uint64,
-    "INT8": np.int8,
-    "INT16": np.int16,
-    "INT32": np.int32,
-    "INT64": np.int64,
-    "FP16": np.float16,
-    "FP32": np.float32,
-    "FP64": np.float64,
-}
-# What an HTTP header value may hold (Latin-1 text without line breaks): ids are echoed in response headers.
 HEADER_TEXT = re.compile(r"[\t\x20-\x7e\x80-\xff]*")
 # BYTES inputs carry images unless they say they carry text.
 IMAGE_CONTENT_TYPES = (None, "base64", "image", "pil_image", "img")
-# The start of each image format the decoder reads, to tell raw image bytes from base64 ones.
-_IMAGE_MAGIC = (b"\xff\xd8\xff", b"\x89PNG", b"GIF8", b"BM", b"II*\x00", b"MM\x00*", b"RIFF")
-
-
-@dataclass(frozen=True)
-class Limits:
-    """How much one request may ask of the engine."""
-
-    max_inputs: int = 64
-    max_image_pixels: int = 100_000_000
-    max_elements: int = 1_000_000
-
-
-DEFAULT_LIMITS = Limits()
 
 
 @dataclass(frozen=True)
@@ -220,7 +189,7 @@ def parse_request(request: Any, task: TaskType, limits: Limits = DEFAULT_LIMITS)
         seen.add(tensor.name)
         own = parameters_of(tensor.parameters)
         content_type = own.get("content_type")
-        if _datatype(tensor) == "BYTES" and content_type in IMAGE_CONTENT_TYPES:
+        if datatype_of(tensor) == "BYTES" and content_type in IMAGE_CONTENT_TYPES:
             images.append(_image_input(tensor, place or Place(where), own, shared, task))
         else:
             tensors[tensor.name] = decode_tensor(tensor, where)
@@ -264,8 +233,8 @@ def _image_input(
     tensor: Any, place: Place, own: Mapping[str, Any], shared: Mapping[str, Any], task: TaskType
 ) -> ImageInput:
     where, item = place.input, f"{place.input}: {place.data}"
-    values = _flat_data(tensor)
-    _check_shape(tensor.shape, len(values), where)
+    values = flat_data(tensor)
+    check_shape(tensor.shape, len(values), where)
     if len(values) != 1:
         raise BadRequest(f"{where} holds {len(values)} images; send each image as its own input with shape [1]")
     action, named = _setting("action", own, shared, place)
@@ -348,7 +317,7 @@ def check_base64(text: str, where: str) -> None:
 
 def _image_bytes(value: Any, item: str) -> bytes:
     if isinstance(value, (bytes, bytearray)):
-        if bytes(value[:4]).startswith(_IMAGE_MAGIC):
+        if bytes(value[:4]).startswith(IMAGE_MAGIC):
             return bytes(value)
         value = bytes(value).decode("ascii", errors="replace")
     if not isinstance(value, str):
@@ -365,207 +334,3 @@ def _image_bytes(value: Any, item: str) -> bytes:
     if not raw:
         raise BadRequest(f"{item} is empty; send the image file as base64")
     return raw
-
-
-_PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-# JPEG start-of-frame markers, which carry the image's height and width (C4, C8 and CC are other segments).
-_JPEG_FRAMES = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
-
-
-def _quick_header(encoded: bytes) -> tuple[int, int, str] | None:
-    """Width, height and format of a well-formed PNG or JPEG from its first bytes, in microseconds; None for
-    anything else, which Pillow then reads."""
-    if encoded.startswith(_PNG_SIGNATURE) and encoded[12:16] == b"IHDR" and len(encoded) >= 24:
-        return int.from_bytes(encoded[16:20], "big"), int.from_bytes(encoded[20:24], "big"), "PNG"
-    if not encoded.startswith(b"\xff\xd8"):
-        return None
-    position, size = 2, len(encoded)
-    while position + 9 <= size and encoded[position] == 0xFF:
-        marker = encoded[position + 1]
-        if marker in _JPEG_FRAMES:
-            height = int.from_bytes(encoded[position + 5 : position + 7], "big")
-            return int.from_bytes(encoded[position + 7 : position + 9], "big"), height, "JPEG"
-        if marker == 0xFF:
-            position += 1
-        elif marker == 0x01 or 0xD0 <= marker <= 0xD9 or marker == 0xDA:
-            return None  # a scan or a stand-alone marker before any frame: not a layout read here
-        else:
-            position += 2 + int.from_bytes(encoded[position + 2 : position + 4], "big")
-    return None
-
-
-def image_header(
-    encoded: bytes, where: str, limits: Limits = DEFAULT_LIMITS, item: str = ""
-) -> tuple[int, int, str | None]:
-    """Width, height and format of an image file, read from its header alone and checked against the limits.
-    `where` names the input in messages, `item` the image within it (by default `where`'s data[0])."""
-    quick = _quick_header(encoded)
-    if quick is not None and quick[0] and quick[1]:  # Pillow has its own word for a file of no pixels
-        width, height, kind = quick
-        cap = 2 * PIL.Image.MAX_IMAGE_PIXELS
-        if width * height > cap:  # what Pillow says of such a file
-            raise BadRequest(
-                f"{where}: the image has more than {cap} pixels; this engine accepts at most "
-                f"{min(cap, limits.max_image_pixels)}"
-            )
-        return _checked(width, height, kind, where, limits)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", PIL.Image.DecompressionBombWarning)
-            with PIL.Image.open(io.BytesIO(encoded)) as header:
-                width, height = header.size  # read from the header alone: no pixels decoded yet
-                kind = header.format
-    except PIL.Image.DecompressionBombError:  # Pillow's own cap, reached before the size is returned
-        cap = 2 * PIL.Image.MAX_IMAGE_PIXELS
-        raise BadRequest(
-            f"{where}: the image has more than {cap} pixels; this engine accepts at most "
-            f"{min(cap, limits.max_image_pixels)}"
-        ) from None
-    except (PIL.UnidentifiedImageError, OSError, ValueError):
-        raise BadRequest(
-            f"{item or where + ': data[0]'} is not an image this engine can read (JPEG, PNG, BMP, TIFF, WebP, GIF)"
-        ) from None
-    return _checked(width, height, kind, where, limits)
-
-
-def _checked(width: int, height: int, kind: str | None, where: str, limits: Limits) -> tuple[int, int, str | None]:
-    if width * height > limits.max_image_pixels:
-        raise BadRequest(
-            f"{where}: the image is {width}x{height} pixels, more than the {limits.max_image_pixels} this engine accepts"
-        )
-    if width == 0 or height == 0:
-        raise BadRequest(f"{where}: the image has no pixels ({width}x{height})")
-    return width, height, kind
-
-
-def decode_image(encoded: bytes, where: str, limits: Limits = DEFAULT_LIMITS, item: str = "") -> np.ndarray:
-    """Decode an image file to RGB uint8 pixels (H, W, 3), honouring EXIF orientation."""
-    _, _, kind = image_header(encoded, where, limits, item)
-    if not _complete(encoded, kind):
-        raise BadRequest(f"{where}: the {kind} file is cut short (it has no end marker); send the whole file")
-    pixels = cv2.imdecode(np.frombuffer(encoded, np.uint8), cv2.IMREAD_COLOR_RGB)
-    if pixels is None:
-        raise BadRequest(f"{item or where + ': data[0]'} could not be decoded as an image; is the file complete?")
-    return pixels
-
-
-def _complete(encoded: bytes, kind: str | None) -> bool:
-    """Whether a JPEG, PNG or WebP file reaches its end. OpenCV decodes a cut-off file without complaint, filling
-    the missing rows with grey; this looks only at markers and lengths, never at pixels, so it costs microseconds."""
-    if kind == "JPEG":
-        # Walk the segments to the first start-of-scan; the end-of-image marker must follow it. Scan data cannot
-        # hold FF D9, an EXIF thumbnail's markers lie inside a segment before it, and data appended after the
-        # image (motion photos) does not hide a missing end.
-        position, size = 2, len(encoded)
-        while position + 4 <= size:
-            if encoded[position] != 0xFF:
-                return True  # not a layout this check knows; the decoder has the last word
-            marker = encoded[position + 1]
-            if marker == 0xDA:
-                # Most files end with the marker: look at the tail before scanning all of the scan data for it.
-                tail = max(position, size - 64)
-                return encoded.find(b"\xff\xd9", tail) != -1 or encoded.find(b"\xff\xd9", position) != -1
-            if marker == 0xFF:
-                position += 1
-            elif marker == 0x01 or 0xD0 <= marker <= 0xD8:
-                position += 2
-            else:
-                position += 2 + int.from_bytes(encoded[position + 2 : position + 4], "big")
-        return False
-    if kind == "PNG":
-        return encoded.rfind(b"IEND\xaeB`\x82") != -1  # the IEND chunk, whose CRC never varies
-    if kind == "WEBP":
-        return len(encoded) >= 8 + int.from_bytes(encoded[4:8], "little")
-    return True
-
-
-def _datatype(tensor: Any) -> str:
-    return getattr(tensor.datatype, "value", tensor.datatype)
-
-
-def _flat_data(tensor: Any) -> list:
-    data = tensor.data.root if hasattr(tensor.data, "root") else tensor.data
-    if not isinstance(data, list):
-        data = [data]
-    if any(isinstance(v, list) for v in data):
-        flat: list = []
-        stack = [iter(data)]
-        while stack:
-            for item in stack[-1]:
-                if isinstance(item, list):
-                    stack.append(iter(item))
-                    break
-                flat.append(item)
-            else:
-                stack.pop()
-        data = flat
-    return data
-
-
-def _check_shape(shape: list[int], count: int, where: str) -> tuple[int, ...]:
-    """Check `shape` against the element count and return it with any -1 filled in."""
-    if not shape:
-        raise BadRequest(f"{where}: shape is empty; give the tensor's dimensions, e.g. [1]")
-    if shape.count(-1) > 1:
-        raise BadRequest(f"{where}: shape {shape} has more than one variable (-1) dimension")
-    bad = [d for d in shape if d == 0 or d < -1 or d >= 2**63]
-    if bad:
-        raise BadRequest(
-            f"{where}: shape {shape} has an invalid dimension {bad[0]}; dimensions are positive, or -1 for variable"
-        )
-    known = math.prod(d for d in shape if d != -1)
-    if -1 in shape:
-        if count == 0 or count % known:
-            raise BadRequest(f"{where}: {count} data elements do not fit shape {shape}")
-        return tuple(count // known if d == -1 else d for d in shape)
-    if known != count:
-        raise BadRequest(f"{where}: shape {shape} holds {known} elements but data has {count}")
-    return tuple(shape)
-
-
-def decode_tensor(tensor: Any, where: str) -> np.ndarray:
-    """Decode a non-image input to a numpy array of its datatype and shape, checking every value fits."""
-    values = _flat_data(tensor)
-    shape = _check_shape(tensor.shape, len(values), where)
-    datatype = _datatype(tensor)
-    if datatype == "BYTES":
-        if not all(isinstance(v, (str, bytes)) for v in values):
-            raise BadRequest(f"{where}: BYTES data must be strings")
-        return np.array(values, dtype=object).reshape(shape)
-    target = np.dtype(NUMERIC_DTYPES[datatype])
-    if any(isinstance(v, (str, bytes, dict)) or v is None for v in values):
-        expected = "true/false" if datatype == "BOOL" else "numbers"
-        wrong = next(v for v in values if not isinstance(v, (int, float)))
-        raise BadRequest(f"{where}: {datatype} data must be {expected}, got {wrong!r}")
-    array = np.asarray(values)
-    kind = array.dtype.kind
-    if target.kind == "b":
-        if kind == "b" or (kind in "iu" and np.isin(array, (0, 1)).all()):
-            return array.astype(target).reshape(shape)
-        raise BadRequest(f"{where}: BOOL data must be true/false")
-    if target.kind in "iu":
-        info = np.iinfo(target)
-        if kind in "fO":
-            # Floats, or ints beyond int64 (numpy holds them as objects, or rounds them to float64 beside other ints):
-            # check and convert each value exactly, as Python compares ints with floats exactly.
-            fraction = next((v for v in values if isinstance(v, float) and not v.is_integer()), None)
-            if fraction is not None:
-                raise BadRequest(f"{where}: {datatype} data must be whole numbers, got {fraction!r}")
-            if not all(info.min <= v <= info.max for v in values):
-                raise BadRequest(f"{where}: a value is out of range for {datatype} ({info.min}..{info.max})")
-            return np.array([int(v) for v in values], dtype=target).reshape(shape)
-        # Compared as Python ints: numpy cannot compare its booleans with UINT64's maximum.
-        if array.size and (int(array.min()) < info.min or int(array.max()) > info.max):
-            raise BadRequest(f"{where}: a value is out of range for {datatype} ({info.min}..{info.max})")
-        return array.astype(target).reshape(shape)
-    if kind == "b" or any(isinstance(v, (bool, np.bool_)) for v in values):
-        raise BadRequest(f"{where}: {datatype} data must be numbers, got booleans")
-    try:
-        wide = array.astype(np.float64)
-    except OverflowError:  # a Python int beyond any float
-        raise BadRequest(f"{where}: a value is out of range for {datatype}") from None
-    with np.errstate(over="ignore"):
-        cast = wide.astype(target)
-    if (np.isinf(cast) & ~np.isinf(wide)).any():
-        raise BadRequest(f"{where}: a value is out of range for {datatype}")
-    return cast.reshape(shape)

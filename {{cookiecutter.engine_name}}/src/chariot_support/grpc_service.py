@@ -63,10 +63,13 @@ def _aborts_with_status(method: Callable) -> Callable:
         except SERVING_ERRORS as error:
             if error.status_code >= 500:
                 logger.error("%s failed: %s", method.__name__, error)
-            await context.abort(grpc_status(error.status_code), str(error))
+            code, message = grpc_status(error.status_code), str(error)
         except Exception as error:
             logger.exception("%s failed", method.__name__)
-            await context.abort(grpc.StatusCode.INTERNAL, internal_error(error))
+            code, message = grpc.StatusCode.INTERNAL, internal_error(error)
+        # Aborted after the except block, so that the abort's exception does not carry the error as its context:
+        # gRPC keeps it past the call, and the error's traceback holds the request (up to CHARIOT_MAX_REQUEST_MB).
+        await context.abort(code, message)
 
     return call
 

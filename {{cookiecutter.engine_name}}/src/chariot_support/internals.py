@@ -16,6 +16,7 @@ from contextlib import asynccontextmanager
 from itertools import cycle
 from typing import Any, Protocol
 
+from grpc import aio as grpc_aio
 from mlserver import MLServer
 from mlserver.context import model_context, model_name_var
 from mlserver.errors import MLServerError
@@ -90,10 +91,15 @@ def set_uvicorn_options(settings: Settings, **options: Any) -> None:
 class EngineServer(MLServer):
     """MLServer with the parts an engine replaces. A subclass gives `engine_parts` (the data plane, repository and
     repository handlers, built on MLServer's), `install_routes` (on the REST and metrics apps), `grpc_servicer`
-    (the inference servicer class) and `grpc_grace`, and sets `predict_timeout` before starting."""
+    (the inference servicer class), `grpc_limits` and `grpc_grace`, and sets `predict_timeout` before starting."""
 
     grpc_servicer: type = InferenceServicer
     grpc_grace: float = 5.0
+
+    def grpc_limits(self, settings: Settings) -> tuple[Any, list[tuple[str, Any]]]:
+        """The interceptor put in front of every gRPC call (None: none), and options added to the gRPC server's."""
+        return None, []
+
     predict_timeout: float = 60.0
     stopping = False  # set by the first stop
 
@@ -152,24 +158,46 @@ class EngineServer(MLServer):
 
 class _EngineGRPCServer(GRPCServer):
     """MLServer's gRPC server (its interceptors for access logs, metrics and tracing included) with the engine's
-    servicer, and the engine's grace for calls in flight at SIGTERM in place of MLServer's fixed 5 s."""
+    servicer, its limits (an outermost interceptor, and server options), and the engine's grace for calls in flight
+    at SIGTERM in place of MLServer's fixed 5 s."""
 
     def __init__(self, engine: EngineServer, data_plane, model_repository_handlers):
         super().__init__(engine.settings, data_plane, model_repository_handlers)
         self._engine = engine
+        self.limits: Any = None  # the interceptor in front of every call, once the server is built
 
     def _create_server(self):
-        # MLServer builds its servicer by this module-level name; for the duration of the call it names the engine's.
-        original = mlserver_grpc_server.InferenceServicer
+        # MLServer builds its servicer and its aio server by these module-level names; for the duration of the call
+        # they name the engine's servicer, and aio.server with the engine's interceptor and options added.
+        original_servicer, original_aio = mlserver_grpc_server.InferenceServicer, mlserver_grpc_server.aio
         mlserver_grpc_server.InferenceServicer = self._engine.grpc_servicer
+        mlserver_grpc_server.aio = _AioWithLimits(self)
         try:
             return super()._create_server()
         finally:
-            mlserver_grpc_server.InferenceServicer = original
+            mlserver_grpc_server.InferenceServicer, mlserver_grpc_server.aio = original_servicer, original_aio
 
     async def stop(self, sig: int | None = None) -> None:
         logger.info("waiting up to %g s for gRPC calls in flight", self._engine.grpc_grace)
         await self._server.stop(grace=self._engine.grpc_grace)
+
+
+class _AioWithLimits:
+    """grpc.aio as MLServer's gRPC server module sees it while the engine builds its server."""
+
+    def __init__(self, server: _EngineGRPCServer):
+        self._server = server
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(grpc_aio, name)
+
+    def server(self, *args: Any, interceptors: Any = (), options: Any = (), **kwargs: Any):
+        limits, extra = self._server._engine.grpc_limits(self._server._settings)
+        self._server.limits = limits
+        chosen = dict(options)  # MLServer's (message size, and any MLSERVER custom options) win over the engine's
+        options = [*((key, value) for key, value in extra if key not in chosen), *chosen.items()]
+        interceptors = [limits, *interceptors] if limits is not None else list(interceptors)
+        return grpc_aio.server(*args, interceptors=interceptors, options=options, **kwargs)
 
 
 @functools.cache

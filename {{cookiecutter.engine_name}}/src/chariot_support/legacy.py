@@ -14,11 +14,12 @@ import orjson
 from fastapi import FastAPI, Response
 
 from .base import has_explain
-from .decoding import DEFAULT_LIMITS, Limits, ParsedRequest, Tensor, check_base64, parse_request
+from .decoding import ParsedRequest, Tensor, check_base64, parse_request
 from .decoding import Request as V2Request
 from .errors import BadRequest, ChariotError
 from .inference import Answer
 from .internals import SERVING_ERRORS, unwrap_worker_error
+from .limits import DEFAULT_LIMITS, Limits
 from .tasks import TaskType
 
 _TARGET = r"(?P<name>[^/:]+)(?:/versions/(?P<version>[^/:]+)|/labels/(?P<label>[^/:]+))?"

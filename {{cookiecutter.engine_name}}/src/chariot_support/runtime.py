@@ -26,9 +26,11 @@ from .admission import MemoryBudget, Overloaded, StuckThreads
 from .base import ChariotModel
 from .batching import Batcher, BatchSettings, batch_settings
 from .copies import ModelCopies, copies_wanted, threads_per_call
-from .decoding import Image, ImageInput, Limits, ParsedRequest, Request, decode_image, parse_request
+from .decoding import Image, ImageInput, ParsedRequest, Request, parse_request
 from .errors import ChariotError, InvalidResult, ModelBusy, ModelLoadFailed, PredictFailed, PredictTimeout
+from .images import decode_image
 from .inference import Answer, Answered
+from .limits import Limits
 from .logs import note_request_id
 from .settings import config
 from .tasks import TaskType, select, to_json, validate_results
@@ -154,6 +156,8 @@ class _Workers:
                 future.set_exception(exc)
             if getattr(future, "written_off", False) and not self.stuck.returned():
                 return
+            # An idle thread would otherwise hold its last request (body, images, answer) until the next one came.
+            del job, future, fn, args
 
     def shutdown(self) -> None:
         for _ in range(self._size):

@@ -61,7 +61,8 @@ class EngineSettings:
     max_request_pixels: int = _setting("CHARIOT_MAX_REQUEST_PIXELS", 200_000_000)
     # Bytes of all request bodies in flight (REST and gRPC), in MiB; a body that does not fit waits, then gets a 503.
     body_budget_mb: int = _setting("CHARIOT_BODY_BUDGET_MB", 256)
-    # Decoded bytes of all requests in flight, in MiB; a request that does not fit waits, then gets a 503.
+    # Decoded bytes of all requests in flight (with the working copy OpenCV makes while it decodes), in MiB; a request
+    # that does not fit waits, then gets a 503.
     decode_budget_mb: int = _setting("CHARIOT_DECODE_BUDGET_MB", 1024)
     # Seconds a request waits for room in the decode budget, or for a thread, before its 503.
     admission_wait: float = _setting("CHARIOT_ADMISSION_WAIT", 2.0, minimum=0)
@@ -86,6 +87,10 @@ class EngineSettings:
     max_batch_wait_ms: float = _setting("CHARIOT_MAX_BATCH_WAIT_MS", 5.0, minimum=0, above=True, unit="milliseconds")
     # Seconds in-flight gRPC calls get to finish on SIGTERM.
     grpc_grace: float = _setting("CHARIOT_GRPC_GRACE", 30.0, minimum=0)
+    # gRPC: most calls served at once, until their answer is sent (health and metadata calls aside; more get
+    # RESOURCE_EXHAUSTED), and seconds a call's request message may take to arrive.
+    grpc_max_calls: int = _setting("CHARIOT_GRPC_MAX_CALLS", 64)
+    grpc_read_timeout: float = _setting("CHARIOT_GRPC_READ_TIMEOUT", 10.0, minimum=0, above=True)
 
     # Fixed, not settings: the deepest JSON nesting accepted (a request is a few levels deep, a pixel list six),
     # and the longest error message sent back.

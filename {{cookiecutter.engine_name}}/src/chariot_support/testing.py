@@ -101,7 +101,7 @@ def as_image(
 def read_picture(path: Path, **settings: Any) -> Image:
     """The picture in the file at `path` as predict receives it (decoded as the engine decodes it), with the
     request settings `as_image` takes."""
-    from .decoding import decode_image
+    from .images import decode_image
 
     return as_image(decode_image(Path(path).read_bytes(), str(path)), name=Path(path).name, **settings)
 

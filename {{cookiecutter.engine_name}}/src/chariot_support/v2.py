@@ -12,9 +12,10 @@ from mlserver.types import InferenceRequest
 from pydantic import ValidationError
 
 from . import chariot_v2
-from .decoding import Request, Tensor, _datatype, _flat_data, parameters_of, request_from_json
+from .decoding import Request, Tensor, parameters_of, request_from_json
 from .errors import BadRequest
 from .inference import Answer
+from .tensors import datatype_of, flat_data
 
 
 def read_json(body: bytes) -> Any:
@@ -41,9 +42,9 @@ def request_from_model(payload: Any) -> Request:
     inputs = [
         Tensor(
             name=t.name,
-            data=_flat_data(t),
+            data=flat_data(t),
             shape=list(t.shape),
-            datatype=_datatype(t),
+            datatype=datatype_of(t),
             parameters=parameters_of(t.parameters) or None,
         )
         for t in payload.inputs

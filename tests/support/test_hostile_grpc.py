@@ -1,0 +1,149 @@
+"""gRPC under attack, with the engine's default settings: too many calls at once, large messages, answers never
+read, messages never sent, and messages that are not protobuf. Each is refused with a status that says why, the
+engine stays under 1.5 GiB and gives it back, and health answers within a second from a new connection meanwhile."""
+
+import time
+
+import grpc
+import pytest
+from grpc_attacks import (
+    INFER_METHOD,
+    BothHealthProbe,
+    RawCalls,
+    call_all,
+    call_apart,
+    infer_message,
+    refused_count,
+)
+from hostile import HERE, RSSGuard, peak_rss_mib, rss_mib, wait_until
+
+from chariot_support.testing import run_engine
+
+LIMIT_MIB = 1536
+# grpc-status values as a raw HTTP/2 client reads them
+DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED, UNAVAILABLE = "4", "8", "14"
+
+
+def settled(engine, start: float, slack: float = 150) -> bool:
+    """Whether the engine's memory comes back near where it started within a few seconds."""
+    return wait_until(lambda: rss_mib(engine.process.pid) < start + slack, 10, 0.25)
+
+
+def serves(engine) -> bool:
+    return call_all(engine, [infer_message()]) == {("OK", ""): 1}
+
+
+def healthy(probe) -> None:
+    assert not probe.failures, probe.failures[:5]
+    assert probe.worst < 1.0, f"health over {probe.slowest} took {probe.worst:.2f} s during the attack"
+
+
+def test_five_thousand_calls_at_once_are_served_or_refused_by_name_and_counted():
+    with run_engine("faulty_engine", src=HERE) as engine:
+        messages = [infer_message(fault="sleep", seconds="0.05") for _ in range(5000)]
+        with BothHealthProbe(engine) as probe:
+            answers = call_all(engine, messages, channels=10)
+        healthy(probe)
+        codes = {code for code, _ in answers}
+        assert codes <= {"OK", "RESOURCE_EXHAUSTED"}, answers.most_common(5)
+        refused = sum(n for (code, _), n in answers.items() if code == "RESOURCE_EXHAUSTED")
+        assert refused, "5,000 calls at once should pass the 64-call limit"
+        details = next(d for code, d in answers if code == "RESOURCE_EXHAUSTED")
+        assert "CHARIOT_GRPC_MAX_CALLS" in details
+        assert refused_count(engine, "max_calls") == refused
+        lines = [line for line in engine.log().splitlines() if "refused" in line and "gRPC call" in line]
+        assert 1 <= len(lines) <= 3, f"{refused} refusals took {len(lines)} log lines"
+        assert serves(engine)
+
+
+def test_forty_large_messages_at_once_stay_within_the_body_budget_and_memory_comes_back():
+    # 60 MiB each, under the 64 MiB message limit: 2.4 GB of messages, which held past 6 GiB before.
+    with run_engine("faulty_engine", src=HERE) as engine:
+        start = rss_mib(engine.process.pid)
+        with BothHealthProbe(engine) as probe, RSSGuard(engine.process, LIMIT_MIB) as guard:
+            answers = call_apart(engine, 40, padding=60 << 20)
+        assert not guard.tripped, f"the engine passed {LIMIT_MIB} MiB and was killed"
+        healthy(probe)
+        for (code, details), _ in answers.items():
+            assert code in ("INVALID_ARGUMENT", "UNAVAILABLE", "RESOURCE_EXHAUSTED"), (code, details)
+            if code == "UNAVAILABLE":
+                assert "CHARIOT_BODY_BUDGET_MB" in details
+            if code == "INVALID_ARGUMENT":
+                assert "image-1" in details  # the padding input, read and refused as an image
+        assert peak_rss_mib(engine.process.pid) < LIMIT_MIB
+        assert settled(engine, start), f"RSS {rss_mib(engine.process.pid):.0f} MiB after, {start:.0f} MiB before"
+        assert serves(engine)
+
+
+def test_answers_a_client_never_reads_are_bounded_and_freed_when_it_leaves():
+    # 300 calls on one connection whose window is 0. With 1 MiB request ids echoed in each answer this held past
+    # 2 GB, kept after the client left; such ids are now refused at once, so each call carries the longest id taken.
+    with run_engine("faulty_engine", src=HERE) as engine:
+        start = rss_mib(engine.process.pid)
+        message = infer_message(request_id="r" * 256).SerializeToString()
+        with BothHealthProbe(engine) as probe, RSSGuard(engine.process, LIMIT_MIB) as guard:
+            client = RawCalls(engine)
+            try:
+                streams = [client.call(message) for _ in range(300)]
+                deadline = time.monotonic() + 15
+                while len(client.statuses) < 300 - 64 and time.monotonic() < deadline:
+                    client.read(0.5)
+                held = rss_mib(engine.process.pid)
+            finally:
+                client.close()
+        assert not guard.tripped
+        healthy(probe)
+        # The calls served hold their answers (at most CHARIOT_GRPC_MAX_CALLS of them); every other was refused.
+        answered = {stream: client.statuses[stream] for stream in streams if stream in client.statuses}
+        assert len(answered) >= 300 - 64, f"{len(answered)} of 300 unread calls had an answer"
+        named = {RESOURCE_EXHAUSTED: "CHARIOT_GRPC_MAX_CALLS", UNAVAILABLE: "CHARIOT_BODY_BUDGET_MB"}
+        for code, details in answered.values():
+            assert code in named and named[code] in details, (code, details)
+        assert held < LIMIT_MIB
+        assert settled(engine, start), f"RSS {rss_mib(engine.process.pid):.0f} MiB after, {start:.0f} MiB before"
+        assert serves(engine)
+
+
+def test_a_message_that_never_arrives_is_deadline_exceeded_and_frees_its_place():
+    env = {"CHARIOT_GRPC_READ_TIMEOUT": "1", "CHARIOT_GRPC_MAX_CALLS": "4"}
+    with run_engine("faulty_engine", src=HERE, env=env) as engine:
+        client = RawCalls(engine)
+        try:
+            streams = [client.call(None, headers_only=True) for _ in range(4)]
+            client.read(0.3)
+            ((code, details),) = call_all(engine, [infer_message()])
+            assert code == "RESOURCE_EXHAUSTED" and "(4, CHARIOT_GRPC_MAX_CALLS)" in details, (code, details)
+            client.read(2.0)
+        finally:
+            client.close()
+        for stream in streams:
+            code, details = client.statuses[stream]
+            assert code == DEADLINE_EXCEEDED, (code, details)
+            assert "CHARIOT_GRPC_READ_TIMEOUT" in details
+        assert serves(engine)
+
+
+@pytest.mark.parametrize("garbage", [b"\xff\xff\xff\xff", b"\x0a\x05ab", b"\x12\xff\xff\xff\xff\x0f"])
+def test_a_message_that_is_not_protobuf_is_invalid_argument(garbage):
+    with run_engine("faulty_engine", src=HERE) as engine, grpc.insecure_channel(engine.grpc_address) as channel:
+        call = channel.unary_unary(INFER_METHOD)
+        with pytest.raises(grpc.RpcError) as caught:
+            call(garbage, timeout=10)
+        assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "could not be parsed as a ModelInferRequest" in caught.value.details()
+        assert serves(engine)
+
+
+def test_six_png_bombs_over_grpc_stay_near_the_decode_budget():
+    # Each 9,999 x 9,999 PNG decodes to 300 MB: the default 1,024 MiB budget holds three.
+    with run_engine("faulty_engine", src=HERE) as engine:
+        start = rss_mib(engine.process.pid)
+        with BothHealthProbe(engine) as probe, RSSGuard(engine.process, 2048) as guard:
+            answers = call_apart(engine, 6, side=9_999)
+        assert not guard.tripped
+        healthy(probe)
+        assert {code for code, _ in answers} <= {"OK", "UNAVAILABLE"}, answers
+        peak = peak_rss_mib(engine.process.pid)
+        assert peak - start < 1024 + 200, f"peak {peak:.0f} MiB from {start:.0f} MiB against a 1,024 MiB budget"
+        time.sleep(0.5)
+        assert settled(engine, start)

@@ -1,0 +1,184 @@
+"""What one gRPC call may hold: the calls served at once, the bytes of their messages against the body budget,
+the time a message may take to arrive, and a message that cannot be parsed answered as the client's mistake."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from collections import Counter
+
+import grpc
+from grpc import aio
+from prometheus_client import REGISTRY
+from prometheus_client import Counter as PrometheusCounter
+
+from .admission import Overloaded, body_budget
+from .settings import EngineSettings
+
+logger = logging.getLogger("chariot_support")
+
+# Calls a probe or a client's discovery makes: small, answered at once, and never refused for load, so that
+# liveness answers while inference is at its limits.
+UNCOUNTED = frozenset({"ServerLive", "ServerReady", "ModelReady", "ServerMetadata", "ModelMetadata"})
+# What a ModelInfer call holds, in multiples of its message, and what the body budget counts for it: the message's
+# bytes, the request parsed from them, the inputs read from that, and their base64 decoding are alive together (a
+# 60 MiB call peaked at 7 times its size).
+MESSAGE_COPIES = 4
+LOG_EVERY = 10.0  # seconds: refusals past the first are summed into one line per interval
+
+
+@functools.cache
+def refused_calls() -> PrometheusCounter:
+    """The metrics server's count of gRPC calls refused before they reached the model, by reason. Made on first use:
+    MLServer chooses the registry's storage (one process or parallel workers) as it starts."""
+    return PrometheusCounter(
+        "chariot_grpc_refused",
+        "gRPC calls the engine refused before serving them, by reason",
+        ["reason"],
+        registry=REGISTRY,
+    )
+
+
+class RefusalLog:
+    """One log line for the first refusal, then one per LOG_EVERY seconds with the counts since, so that thousands of
+    refused calls cost a few lines."""
+
+    def __init__(self, every: float = LOG_EVERY):
+        self._every = every
+        self._pending: Counter[str] = Counter()
+        self._flush: asyncio.TimerHandle | None = None
+
+    def refused(self, reason: str, message: str) -> None:
+        refused_calls().labels(reason).inc()
+        if self._flush is None:
+            logger.warning("refused a gRPC call (%s): %s", reason, message)
+            self._flush = asyncio.get_running_loop().call_later(self._every, self._write)
+        else:
+            self._pending[reason] += 1
+
+    def _write(self) -> None:
+        self._flush = None
+        if self._pending:
+            counts = ", ".join(f"{count:,} {reason}" for reason, count in self._pending.most_common())
+            logger.warning(
+                "refused %s more gRPC calls in the last %g s (%s)", self._pending.total(), self._every, counts
+            )
+            self._pending.clear()
+            self._flush = asyncio.get_running_loop().call_later(self._every, self._write)
+
+
+class CallLimits(aio.ServerInterceptor):
+    """Serves each unary call as a stream of one message, which lets the engine act before that message is read and
+    until its answer is sent: a call past CHARIOT_GRPC_MAX_CALLS is refused before its message is read (a slot is
+    free only once the answer is sent, so clients that do not read their answers hold at most that many); the
+    message must arrive within CHARIOT_GRPC_READ_TIMEOUT, and is counted in the body budget until the call ends
+    (waiting briefly for room, else UNAVAILABLE). The client sees the same unary call on the wire."""
+
+    def __init__(self, settings: EngineSettings):
+        self.max_calls = settings.grpc_max_calls
+        self.read_timeout = settings.grpc_read_timeout
+        self.admission_wait = settings.admission_wait or 1e-9
+        self.in_flight = 0
+        # As many messages read (or waiting for room in the body budget) at once as the budget holds of the largest.
+        self._reading = asyncio.Semaphore(max(1, settings.body_budget_mb // settings.max_request_mb))
+        self.log = RefusalLog()
+
+    async def intercept_service(self, continuation, handler_call_details):
+        handler = await continuation(handler_call_details)
+        if handler is None or handler.request_streaming or handler.response_streaming:
+            return handler
+        name = handler_call_details.method.rpartition("/")[2]
+        return grpc.stream_stream_rpc_method_handler(
+            functools.partial(self._serve, handler, name), response_serializer=handler.response_serializer
+        )
+
+    async def _serve(self, handler: grpc.RpcMethodHandler, name: str, _requests, context) -> None:
+        counted = name not in UNCOUNTED
+        if counted and self.in_flight >= self.max_calls:
+            await self._refuse(
+                context,
+                "max_calls",
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"the engine is serving as many gRPC calls as it takes at once ({self.max_calls},"
+                " CHARIOT_GRPC_MAX_CALLS); retry shortly",
+            )
+        self.in_flight += counted
+        budget, held = body_budget(), 0
+        try:
+            if counted:
+                message, held = await self._admit(context, name, budget)
+            else:
+                message = await self._read(context, name)
+            request = self._parse(handler, name, message)
+            if request is None:
+                await self._refuse(
+                    context,
+                    "malformed",
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                    f"the request message ({len(message):,} bytes) could not be parsed as a {name}Request: send a"
+                    f" serialized inference.{name}Request, as a client generated from the service's .proto does",
+                )
+            del message
+            response = await handler.unary_unary(request, context)
+            del request
+            await context.write(response)  # returns once the answer is on its way: the client reads it
+        finally:
+            self.in_flight -= counted
+            if held:
+                budget.release(held)
+
+    async def _admit(self, context, name: str, budget) -> tuple[bytes, int]:
+        """The call's message, read while few enough others are being read, and its room in the body budget."""
+        try:
+            await asyncio.wait_for(self._reading.acquire(), self.admission_wait)
+        except TimeoutError:
+            refusal = budget.full_message()
+        else:
+            try:  # gRPC buffers a message once it is read: a few at a time, then the budget counts each
+                message = await self._read(context, name)
+                cost = min(MESSAGE_COPIES * len(message), budget.capacity)
+                await budget.reserve(cost)
+                return message, cost
+            except Overloaded as full:
+                refusal = str(full)
+            finally:
+                self._reading.release()
+        await self._refuse(context, "body_budget", grpc.StatusCode.UNAVAILABLE, refusal)
+
+    async def _read(self, context, name: str) -> bytes:
+        timed_out = False
+        try:
+            message = await asyncio.wait_for(context.read(), self.read_timeout)
+        except TimeoutError:
+            timed_out = True
+        if timed_out:
+            await self._refuse(
+                context,
+                "read_timeout",
+                grpc.StatusCode.DEADLINE_EXCEEDED,
+                f"the {name} request message did not arrive within {self.read_timeout:g} s"
+                " (CHARIOT_GRPC_READ_TIMEOUT): send the message with the call",
+            )
+        if message is aio.EOF:
+            await self._refuse(
+                context,
+                "malformed",
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"the call ended without its {name}Request message: send one message per call",
+            )
+        return message
+
+    @staticmethod
+    def _parse(handler: grpc.RpcMethodHandler, name: str, message: bytes):
+        """The message as the handler takes it; None when it is not one (protobuf's DecodeError, or worse)."""
+        if handler.request_deserializer is None:
+            return message
+        try:
+            return handler.request_deserializer(message)
+        except Exception:  # noqa: BLE001 - any failure to parse is the client's message, never the engine's fault
+            return None
+
+    async def _refuse(self, context, reason: str, code: grpc.StatusCode, message: str) -> None:
+        self.log.refused(reason, message)
+        await context.abort(code, message)

@@ -201,6 +201,11 @@ RECLAIM_DELAY = 0.5  # seconds: one reclaim after a burst of large requests, onc
 def reclaim_memory() -> None:
     """Collect reference cycles and hand freed heap pages back to the system (glibc's malloc_trim)."""
     gc.collect()
+    trim_heap()
+
+
+def trim_heap() -> None:
+    """glibc's malloc_trim: ctypes lets go of the GIL while it runs, so a thread can do it while others serve."""
     if _LIBC is not None:
         _LIBC.malloc_trim(0)
 
@@ -224,7 +229,9 @@ def _reclaim_soon() -> None:
 
     def run() -> None:
         _reclaiming.clear()
-        reclaim_memory()
+        gc.collect()
+        # Handing pages back can take longer than a collection; off the event loop, health checks answer meanwhile.
+        loop.run_in_executor(None, trim_heap)
 
     _reclaiming.append(loop.call_later(RECLAIM_DELAY, run))
 

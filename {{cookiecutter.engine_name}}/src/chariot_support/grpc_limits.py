@@ -131,7 +131,9 @@ class CallLimits(aio.ServerInterceptor):
     async def _admit(self, context, name: str, budget) -> tuple[bytes, int]:
         """The call's message, read while few enough others are being read, and its room in the body budget."""
         try:
-            await asyncio.wait_for(self._reading.acquire(), self.admission_wait)
+            # asyncio.timeout, not wait_for: no task is made for each call, and a free slot is taken at once.
+            async with asyncio.timeout(None if not self._reading.locked() else self.admission_wait):
+                await self._reading.acquire()
         except TimeoutError:
             refusal = budget.full_message()
         else:
@@ -149,7 +151,8 @@ class CallLimits(aio.ServerInterceptor):
     async def _read(self, context, name: str) -> bytes:
         timed_out = False
         try:
-            message = await asyncio.wait_for(context.read(), self.read_timeout)
+            async with asyncio.timeout(self.read_timeout):
+                message = await context.read()
         except TimeoutError:
             timed_out = True
         if timed_out:

@@ -150,3 +150,15 @@ def test_bodies_held_open_share_one_budget_and_the_rest_get_503_before_they_are_
         assert peak_rss_mib(engine.process.pid) < before + 4 * 64 + 400
         # Once the held bodies are gone, the engine serves as before.
         assert requests.post(engine.url + URL, json=png_request(16, 1), timeout=30).status_code == 200
+
+
+def test_the_apps_other_routes_take_small_bodies_only(engine):
+    """Inference is the front's; a large body sent to one of the app's routes (repository index) is refused before
+    it is read, so those routes cannot hold bodies past the body budget either."""
+    big = b"{" + b" " * (1 << 20) + b"}"
+    reply = requests.post(engine.url + "/v2/repository/index", data=big, timeout=30)
+    assert reply.status_code == 413
+    assert reply.json()["error"].startswith(
+        "the request body is 1,048,578 bytes, more than the 65,536 bytes this route"
+    )
+    assert requests.post(engine.url + "/v2/repository/index", data=b"{}", timeout=30).status_code == 200

@@ -16,7 +16,7 @@ from .front import InferenceFront
 from .logs import install_request_log
 from .runtime import engine_limits
 from .settings import config
-from .traffic import BodyLimit, BodyShape, Framing, JSONBodies, ShortErrors
+from .traffic import MAX_CONTROL_BODY, BodyLimit, BodyShape, Framing, JSONBodies, ShortErrors
 
 logger = logging.getLogger("chariot_support")
 
@@ -121,7 +121,7 @@ def install_chariot_routes(
 
     app.add_middleware(BodyShape, max_elements=limits.max_elements, max_depth=config().max_json_depth)
     app.add_middleware(JSONBodies)
-    app.add_middleware(BodyLimit, max_bytes=max_request_bytes)
+    app.add_middleware(BodyLimit, max_bytes=MAX_CONTROL_BODY)
     app.add_middleware(ShortErrors, max_chars=config().max_error_chars)
     app.add_middleware(Framing)
     install_request_log(app, data_plane.model_name)

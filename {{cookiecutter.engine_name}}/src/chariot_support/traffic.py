@@ -222,6 +222,11 @@ class JSONBodies:
         await self.app(scope, empty_is_an_object, send)
 
 
+# The most a body may hold on the app's routes: inference is the front's, and what is left (repository index, load
+# and unload) takes a small JSON object. Bodies this small need no place in the body budget.
+MAX_CONTROL_BODY = 64 << 10
+
+
 class BodyLimit:
     """Refuse a request body over the size limit with 413, before reading it when Content-Length says so and
     as soon as the limit is passed when it does not, so an oversize upload never sits whole in memory."""
@@ -231,7 +236,12 @@ class BodyLimit:
         self.max_bytes = max_bytes
 
     async def _refuse(self, send, size: str) -> None:
-        await send_error(send, 413, body_too_large(size, self.max_bytes))
+        await send_error(
+            send,
+            413,
+            f"the request body is {size}, more than the {self.max_bytes:,} bytes this route takes: it reads a small"
+            " JSON object (inference is sent to /v2/models/<name>/infer)",
+        )
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":

@@ -8,6 +8,7 @@ import cv2
 import numpy as np
 import pytest
 
+from chariot_support.decoding import parse_request
 from chariot_support.errors import BadRequest, InvalidResult
 from chariot_support.images import decode_image
 from chariot_support.inference import Answer, Answered
@@ -16,12 +17,12 @@ from chariot_support.legacy import (
     VERB_PATH,
     model_metadata,
     model_status,
-    parse_classify,
-    parse_predict,
     read_body,
+    read_classify,
+    read_predict,
     render,
 )
-from chariot_support.limits import Limits
+from chariot_support.limits import DEFAULT_LIMITS, Limits
 from chariot_support.runtime import validate_explanations
 from chariot_support.tasks import TaskType
 from chariot_support.testing import encode_image, expect_error
@@ -29,6 +30,15 @@ from chariot_support.testing import encode_image, expect_error
 PIXELS = np.arange(4 * 5 * 3, dtype=np.uint8).reshape(4, 5, 3) * 4
 B64 = encode_image(PIXELS)
 OD, IC, ITT = TaskType.OBJECT_DETECTION, TaskType.IMAGE_CLASSIFICATION, TaskType.IMAGE_TEXT_TO_TEXT
+
+
+def parse_predict(body, task, limits=DEFAULT_LIMITS):
+    """A `:predict` body as the runtime checks it: read by the protocol, then by the engine's parser."""
+    return parse_request(read_predict(body), task, limits)
+
+
+def parse_classify(body, task, limits=DEFAULT_LIMITS):
+    return parse_request(read_classify(body), task, limits)
 
 
 def bad(call, *fragments):

@@ -14,12 +14,11 @@ import orjson
 from fastapi import FastAPI, Response
 
 from .base import has_explain
-from .decoding import ParsedRequest, Tensor, check_base64, parse_request
 from .decoding import Request as V2Request
+from .decoding import Tensor, check_base64
 from .errors import BadRequest, ChariotError
 from .inference import Answer
 from .internals import SERVING_ERRORS, unwrap_worker_error
-from .limits import DEFAULT_LIMITS, Limits
 from .tasks import TaskType
 
 _TARGET = r"(?P<name>[^/:]+)(?:/versions/(?P<version>[^/:]+)|/labels/(?P<label>[^/:]+))?"
@@ -62,16 +61,6 @@ def _read_slowly(raw: bytes) -> Any:
         raise BadRequest(f"the request body is not valid JSON: {exc}") from None
     except RecursionError:
         raise BadRequest("the request body nests too deep to read") from None
-
-
-def parse_predict(body: Mapping[str, Any], task: TaskType, limits: Limits = DEFAULT_LIMITS) -> ParsedRequest:
-    """A `:predict` body read and checked as the runtime checks it."""
-    return parse_request(read_predict(body), task, limits)
-
-
-def parse_classify(body: Mapping[str, Any], task: TaskType, limits: Limits = DEFAULT_LIMITS) -> ParsedRequest:
-    """A `:classify` body read and checked as the runtime checks it."""
-    return parse_request(read_classify(body), task, limits)
 
 
 def read_predict(body: Mapping[str, Any]) -> V2Request:

@@ -23,6 +23,9 @@ from .settings import EngineSettings, config
 logger = logging.getLogger("chariot_support")
 
 BYTES_PER_PIXEL = 3  # decoded images are RGB uint8
+# A body (or gRPC message) this large is parsed off the event loop: copying 60 MiB of protobuf held the loop, and
+# every health check waiting on it, for about 40 ms a copy.
+LARGE_BODY = 1 << 20
 
 
 class TooLarge(ChariotError):

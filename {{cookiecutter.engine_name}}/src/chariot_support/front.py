@@ -23,7 +23,7 @@ from starlette.middleware.cors import CORSMiddleware
 from starlette.middleware.gzip import GZipMiddleware
 
 from . import chariot_v2, legacy, v2
-from .admission import body_budget
+from .admission import LARGE_BODY, body_budget
 from .connections import ANSWERED
 from .errors import ChariotError, internal_error
 from .internals import SERVING_ERRORS, HTTPMetrics
@@ -36,8 +36,6 @@ logger = logging.getLogger("chariot_support")
 V2_PATH = re.compile(r"/v2/models/(?P<name>[^/]+)(?P<versioned>/versions/(?P<version>[^/]+))?/infer(?P<slash>/?)")
 ROOT_PATH = re.compile(r"/infer")
 V1_PATH = re.compile(r"/v1/models/(?P<path>.+)")
-# A body this large is read as JSON off the event loop, so health checks keep answering meanwhile.
-_LARGE = 1 << 20
 _WANTED = {
     b"content-length",
     b"transfer-encoding",
@@ -213,7 +211,7 @@ class InferenceFront:
         def read() -> Any:
             return v2.parse(v2.read_json(body) if decoded is None else decoded)
 
-        request = await asyncio.to_thread(read) if len(body) > _LARGE else read()
+        request = await asyncio.to_thread(read) if len(body) > LARGE_BODY else read()
         answer = await self.pipeline.answer(request, headers, name, version)
         return v2.render(answer), "application/json", answer.headers
 

@@ -7,13 +7,16 @@ import asyncio
 import functools
 import logging
 from collections import Counter
+from collections.abc import Callable
+from contextvars import ContextVar
+from typing import Any, TypeVar
 
 import grpc
 from grpc import aio
 from prometheus_client import REGISTRY
 from prometheus_client import Counter as PrometheusCounter
 
-from .admission import Overloaded, body_budget
+from .admission import LARGE_BODY, Overloaded, body_budget
 from .settings import EngineSettings
 
 logger = logging.getLogger("chariot_support")
@@ -26,6 +29,19 @@ UNCOUNTED = frozenset({"ServerLive", "ServerReady", "ModelReady", "ServerMetadat
 # 60 MiB call peaked at 7 times its size).
 MESSAGE_COPIES = 4
 LOG_EVERY = 10.0  # seconds: refusals past the first are summed into one line per interval
+
+T = TypeVar("T")
+# The size of the message of the call being served, for the handler to know whether its own copies of it (the
+# protocol's request read from the message) should leave the event loop.
+_message_bytes: ContextVar[int] = ContextVar("chariot_grpc_message_bytes", default=0)
+
+
+async def off_loop_if_large(function: Callable[..., T], *args: Any) -> T:
+    """function(*args), in a worker thread when the call's message is LARGE_BODY or more, so that health checks
+    answer while it is copied; here otherwise, where a small message costs less than the hand-off."""
+    if _message_bytes.get() >= LARGE_BODY:
+        return await asyncio.to_thread(function, *args)
+    return function(*args)
 
 
 @functools.cache
@@ -110,7 +126,8 @@ class CallLimits(aio.ServerInterceptor):
                 message, held = await self._admit(context, name, budget)
             else:
                 message = await self._read(context, name)
-            request = self._parse(handler, name, message)
+            _message_bytes.set(len(message))  # each call is served in a task, with a context of its own
+            request = await off_loop_if_large(self._parse, handler, name, message)
             if request is None:
                 await self._refuse(
                     context,

@@ -22,6 +22,7 @@ from mlserver.grpc.utils import to_headers, to_metadata
 from . import v2_grpc
 from .data_plane import ChariotDataPlane, ChariotRepositoryHandlers
 from .errors import internal_error
+from .grpc_limits import off_loop_if_large
 from .internals import (
     SERVING_ERRORS,
 )
@@ -112,9 +113,8 @@ class ChariotInferenceServicer(GRPCInferenceServiceServicer):
         with request_entry() as entry:
             try:
                 headers = to_headers(context)
-                answer = await self._pipeline.answer(
-                    v2_grpc.parse(request), headers, name, request.model_version or None
-                )
+                parsed = await off_loop_if_large(v2_grpc.parse, request)
+                answer = await self._pipeline.answer(parsed, headers, name, request.model_version or None)
                 response = v2_grpc.render(answer, raw=bool(request.raw_input_contents))
                 status = 200
             except SERVING_ERRORS as error:

@@ -1,4 +1,5 @@
-"""The pieces of the gRPC call limits that need no server: where a call's message is parsed."""
+"""The pieces of the gRPC call limits that need no server: where a call's message is parsed, and which calls may
+read their message at once."""
 
 import asyncio
 import threading
@@ -43,3 +44,47 @@ def test_the_size_is_the_calls_own():
         return await asyncio.gather(one(LARGE_BODY * 60), one(100))
 
     assert asyncio.run(main()) == ["thread", "loop"]
+
+
+def test_one_call_reads_at_a_time_and_the_next_goes_in_as_it_leaves():
+    async def scenario():
+        slots = grpc_limits.ReadingSlots(4, patience=10)
+        first = await slots.enter(1)
+        second = asyncio.create_task(slots.enter(5))
+        await asyncio.sleep(0.05)
+        waited = not second.done()
+        slots.leave(first)
+        return waited, await asyncio.wait_for(second, 1), len(slots.readers)
+
+    waited, second, readers = asyncio.run(scenario())
+    assert waited and second is not None and readers == 1
+
+
+def test_a_call_that_cannot_start_within_its_wait_is_told_so():
+    async def scenario():
+        slots = grpc_limits.ReadingSlots(4, patience=10)
+        await slots.enter(1)
+        started = asyncio.get_running_loop().time()
+        refused = await slots.enter(0.1)
+        return refused, asyncio.get_running_loop().time() - started, len(slots.readers)
+
+    refused, took, readers = asyncio.run(scenario())
+    assert refused is None and 0.1 <= took < 1 and readers == 1
+
+
+def test_slow_readers_let_others_start_up_to_the_most():
+    async def scenario():
+        loop = asyncio.get_running_loop()
+        slots = grpc_limits.ReadingSlots(3, patience=0.1)
+        start = loop.time()
+        tokens = [await slots.enter(5) for _ in range(3)]  # the 2nd and 3rd after the patience of those before
+        entered = loop.time() - start
+        fourth = await slots.enter(0.3)  # three slow readers: the most
+        for token in tokens:
+            slots.leave(token)
+        return entered, fourth, await slots.enter(0.1)
+
+    entered, fourth, again = asyncio.run(scenario())
+    assert 0.2 <= entered < 1.5
+    assert fourth is None
+    assert again is not None

@@ -114,7 +114,11 @@ def test_a_message_that_never_arrives_is_deadline_exceeded_and_frees_its_place()
             client.read(0.3)
             ((code, details),) = call_all(engine, [infer_message()])
             assert code == "RESOURCE_EXHAUSTED" and "(4, CHARIOT_GRPC_MAX_CALLS)" in details, (code, details)
-            client.read(2.0)
+            # Each starts reading once those before it have been reading for ReadingSlots.PATIENCE, so the last
+            # times out about 1.5 s after the first.
+            deadline = time.monotonic() + 6
+            while not set(streams) <= set(client.statuses) and time.monotonic() < deadline:
+                client.read(0.25)
         finally:
             client.close()
         for stream in streams:
@@ -122,6 +126,20 @@ def test_a_message_that_never_arrives_is_deadline_exceeded_and_frees_its_place()
             assert code == DEADLINE_EXCEEDED, (code, details)
             assert "CHARIOT_GRPC_READ_TIMEOUT" in details
         assert serves(engine)
+
+
+def test_clients_whose_messages_never_arrive_do_not_hold_up_one_that_sends():
+    # Three calls that send headers and no message hold three of the four reading places for 10 s; messages are
+    # read one at a time, and another may start while those reading have been at it for half a second.
+    with run_engine("faulty_engine", src=HERE) as engine:
+        client = RawCalls(engine)
+        try:
+            for _ in range(3):
+                client.call(None, headers_only=True)
+            client.read(0.3)
+            assert serves(engine)  # refused UNAVAILABLE if it waited CHARIOT_ADMISSION_WAIT (2 s) for a place
+        finally:
+            client.close()
 
 
 @pytest.mark.parametrize("garbage", [b"\xff\xff\xff\xff", b"\x0a\x05ab", b"\x12\xff\xff\xff\xff\x0f"])

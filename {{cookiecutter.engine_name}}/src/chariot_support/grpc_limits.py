@@ -84,6 +84,56 @@ class RefusalLog:
             self._flush = asyncio.get_running_loop().call_later(self._every, self._write)
 
 
+class ReadingSlots:
+    """Which calls may read their message now. One at a time: gRPC copies a message into Python on the event loop
+    (a 60 MiB one took 65 ms here, 170 ms on a busy machine), and messages read side by side arrive together, so four
+    large ones at once held health checks for the time of all four copies. While every call reading has been at it
+    for PATIENCE or more (a slow sender, or a large message on a slow link), more may start, up to `most`: one slow
+    client does not hold up the others."""
+
+    PATIENCE = 0.5  # seconds: a message of a few MiB arrives well within it, a 64 MiB one on a fast network too
+
+    def __init__(self, most: int, patience: float = PATIENCE):
+        self.most, self.patience = most, patience
+        self.readers: dict[object, float] = {}  # a token per call reading, with when it started
+        self._waiting: list[asyncio.Future] = []
+
+    def _open(self, now: float) -> bool:
+        if not self.readers:
+            return True
+        return len(self.readers) < self.most and now >= max(self.readers.values()) + self.patience
+
+    async def enter(self, wait: float) -> object | None:
+        """A token once this call may read (give it back with `leave`); None if that took more than `wait` s."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait
+        while not self._open(now := loop.time()):
+            if now >= deadline:
+                return None
+            # Woken when a reader leaves, or when the newest reader has been reading for PATIENCE.
+            change = max(self.readers.values()) + self.patience if len(self.readers) < self.most else deadline
+            woken = loop.create_future()
+            self._waiting.append(woken)
+            try:
+                async with asyncio.timeout_at(min(deadline, change)):
+                    await woken
+            except TimeoutError:
+                pass
+            finally:
+                if woken in self._waiting:
+                    self._waiting.remove(woken)
+        token = object()
+        self.readers[token] = now
+        return token
+
+    def leave(self, token: object) -> None:
+        del self.readers[token]
+        waiting, self._waiting = self._waiting, []
+        for woken in waiting:
+            if not woken.done():
+                woken.set_result(None)
+
+
 class CallLimits(aio.ServerInterceptor):
     """Serves each unary call as a stream of one message, which lets the engine act before that message is read and
     until its answer is sent: a call past CHARIOT_GRPC_MAX_CALLS is refused before its message is read (a slot is
@@ -96,8 +146,9 @@ class CallLimits(aio.ServerInterceptor):
         self.read_timeout = settings.grpc_read_timeout
         self.admission_wait = settings.admission_wait or 1e-9
         self.in_flight = 0
-        # As many messages read (or waiting for room in the body budget) at once as the budget holds of the largest.
-        self._reading = asyncio.Semaphore(max(1, settings.body_budget_mb // settings.max_request_mb))
+        # Messages read (or waiting for room in the body budget) at once: one, and while those are slow, as many as
+        # the budget holds of the largest.
+        self._reading = ReadingSlots(max(1, settings.body_budget_mb // settings.max_request_mb))
         self.log = RefusalLog()
 
     async def intercept_service(self, continuation, handler_call_details):
@@ -147,11 +198,8 @@ class CallLimits(aio.ServerInterceptor):
 
     async def _admit(self, context, name: str, budget) -> tuple[bytes, int]:
         """The call's message, read while few enough others are being read, and its room in the body budget."""
-        try:
-            # asyncio.timeout, not wait_for: no task is made for each call, and a free slot is taken at once.
-            async with asyncio.timeout(None if not self._reading.locked() else self.admission_wait):
-                await self._reading.acquire()
-        except TimeoutError:
+        slot = await self._reading.enter(self.admission_wait)
+        if slot is None:
             refusal = budget.full_message()
         else:
             try:  # gRPC buffers a message once it is read: a few at a time, then the budget counts each
@@ -162,7 +210,7 @@ class CallLimits(aio.ServerInterceptor):
             except Overloaded as full:
                 refusal = str(full)
             finally:
-                self._reading.release()
+                self._reading.leave(slot)
         await self._refuse(context, "body_budget", grpc.StatusCode.UNAVAILABLE, refusal)
 
     async def _read(self, context, name: str) -> bytes:

@@ -4,17 +4,23 @@ Bakes the engine, starts it and the baseline on free loopback ports in turn, dri
 generator (a separate process), and prints requests/s, p50, p99, server CPU per request, peak RSS and startup time
 with the engine/baseline ratio; writes the table as CSV and a PNG chart to bench/results/.
 Run it with scripts/bench (which installs what it needs); `--quick` for a short run.
+
+With `--against REF` the baseline is the engine as it was at a git commit (baked from that commit's template), run
+side by side in the same way: the ratios then say whether a change made the engine faster or slower, free of the
+drift between two runs made at different times on a noisy machine.
 """
 
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import platform
 import statistics
 import subprocess
 import sys
+import tarfile
 import time
 import urllib.error
 import urllib.request
@@ -78,7 +84,16 @@ def free_ports(count: int) -> list[int]:
 
 
 class Server:
-    def __init__(self, kind: str, task: str, engine_src: Path, log_dir: Path, profile: Path | None = None):
+    def __init__(
+        self,
+        kind: str,
+        task: str,
+        engine_src: Path,
+        log_dir: Path,
+        profile: Path | None = None,
+        earlier_src: Path | None = None,
+    ):
+        """`kind` "engine" or "baseline"; with `earlier_src`, the baseline is the engine baked there."""
         self.kind, self.task = kind, task
         self.http, self.grpc, metrics = free_ports(3)
         env = {
@@ -88,8 +103,8 @@ class Server:
             "MLSERVER_GRPC_PORT": str(self.grpc),
             "MLSERVER_METRICS_PORT": str(metrics),
         }
-        if kind == "engine":
-            env["PYTHONPATH"] = str(engine_src / task)
+        if kind == "engine" or earlier_src is not None:
+            env["PYTHONPATH"] = str((engine_src if kind == "engine" else earlier_src) / task)
             command = [sys.executable, "-m", "chariot_engine"]
             if profile:
                 command = [sys.executable, str(BENCH / "profiled.py"), str(profile), "chariot_engine"]
@@ -224,15 +239,16 @@ def measure(server: Server, scenario: Scenario, body_path: Path, count: int, dur
     }
 
 
-def bake(out: Path) -> Path:
-    """Bake one engine per task the scenarios use, as a user would; returns the folder holding their src dirs."""
+def bake(out: Path, template: Path = ROOT) -> Path:
+    """Bake one engine per task the scenarios use from `template`, as a user would; returns the folder holding their
+    src dirs."""
     from cookiecutter.main import cookiecutter
 
     src = out / "src"
     for task, task_type in TASKS.items():
         baked = Path(
             cookiecutter(
-                str(ROOT),
+                str(template),
                 no_input=True,
                 overwrite_if_exists=True,
                 output_dir=str(out / task),
@@ -245,6 +261,23 @@ def bake(out: Path) -> Path:
             link.unlink()
         link.symlink_to(baked / "src")
     return src
+
+
+def template_at(ref: str, out: Path) -> tuple[str, Path]:
+    """The template as committed at `ref`, unpacked under `out`: (its commit, its folder)."""
+    commit = subprocess.run(
+        ["git", "rev-parse", "--verify", f"{ref}^{{commit}}"], cwd=ROOT, capture_output=True, text=True
+    )
+    if commit.returncode:
+        raise SystemExit(f"--against {ref}: not a commit of this repository ({commit.stderr.strip()})")
+    sha = commit.stdout.strip()
+    folder = out / f"against-{sha[:10]}" / "template"
+    if not folder.exists():
+        archive = subprocess.run(["git", "archive", "--format=tar", sha], cwd=ROOT, capture_output=True, check=True)
+        folder.mkdir(parents=True)
+        with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
+            tar.extractall(folder, filter="data")
+    return sha, folder
 
 
 def machine() -> str:
@@ -270,7 +303,13 @@ def main(argv: list[str] | None = None) -> int:
         help="profile the engine's CPU under the load (yappi, all threads) and print where it goes; "
         "the numbers of such a run are not kept",
     )
-    parser.add_argument("--results", type=Path, default=BENCH / "results", help="where the CSV and chart go")
+    parser.add_argument(
+        "--against",
+        metavar="REF",
+        help="the baseline is the engine at this git commit (branch, tag or hash) instead of bare MLServer; "
+        "results go to bench/out/against-<commit> unless --results says otherwise",
+    )
+    parser.add_argument("--results", type=Path, help="where the CSV and chart go (default bench/results)")
     args = parser.parse_args(argv)
     rounds = args.rounds or (1 if args.quick else 5)
     share, duration = (0.25, 6.0) if args.quick else (1.0, 20.0)
@@ -281,6 +320,14 @@ def main(argv: list[str] | None = None) -> int:
     print(f"machine: {machine()}", flush=True)
     print("baking engines ...", flush=True)
     src = bake(out)
+    earlier, baseline_name = None, "bare MLServer"
+    if args.against:
+        sha, template = template_at(args.against, out)
+        earlier = bake(template.parent, template)
+        baseline_name = f"the engine at {args.against} ({sha[:10]})"
+        args.results = args.results or out / f"against-{sha[:10]}"
+    args.results = args.results or BENCH / "results"
+    print(f"baseline: {baseline_name}", flush=True)
     bodies = {}
     floors = {}
     floor_env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(BENCH), str(src / "detection")])}
@@ -329,7 +376,7 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 for kind in kinds:
                     profile = out / f"engine-{task}.pstat" if args.profile and kind == "engine" else None
-                    servers[kind] = Server(kind, task, src, out, profile)
+                    servers[kind] = Server(kind, task, src, out, profile, earlier)
                     measurements.append(
                         {"scenario": f"startup ({task})", "server": kind, "startup_s": servers[kind].startup}
                     )
@@ -368,11 +415,13 @@ def main(argv: list[str] | None = None) -> int:
     args.results.mkdir(parents=True, exist_ok=True)
     write_csv(rows, args.results / "bench.csv")
     (args.results / "bench.md").write_text(
-        f"Machine: {machine()}; {rounds} round(s){' (--quick)' if args.quick else ''}.\n\n{text}\n"
+        f"Machine: {machine()}; {rounds} round(s){' (--quick)' if args.quick else ''}; baseline: {baseline_name}."
+        f"\n\n{text}\n"
     )
     (args.results / "decode.txt").write_text(decode)
     (args.results / "raw.json").write_text(json.dumps({"floors": floors, "measurements": measurements}, indent=1))
-    write_chart(rows, args.results / "bench.png", f"engine / baseline, medians of {rounds} round(s)\n{machine()}")
+    title = f"engine / baseline ({baseline_name}), medians of {rounds} round(s)\n{machine()}"
+    write_chart(rows, args.results / "bench.png", title)
     print(f"wrote {args.results}/bench.csv, bench.md, bench.png, decode.txt, raw.json")
     return 0
 

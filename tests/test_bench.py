@@ -4,6 +4,7 @@ the engine's demo, the load generator drives it over REST and gRPC, and the repo
 import asyncio
 import csv
 import json
+import subprocess
 import sys
 import urllib.request
 
@@ -15,6 +16,7 @@ from chariot_support.testing import chariot_request, encode_image
 from template_paths import SUPPORT_SRC, TEMPLATE_ROOT
 
 BENCH = TEMPLATE_ROOT / "bench"
+JSON = {"Content-Type": "application/json"}
 sys.path.insert(0, str(BENCH))
 
 import load  # noqa: E402
@@ -62,6 +64,36 @@ def test_load_generator_drives_the_baseline_and_the_server_is_measured(baseline,
     assert result["requests"] == 40 and result["rps"] > 0
     assert 0 < result["p50_ms"] <= result["p99_ms"]
     assert result["cpu_ms"] > 0 and result["rss_mb"] > 10
+
+
+def test_against_a_commit_the_baseline_is_the_engine_baked_from_that_commits_template(tmp_path):
+    sha, template = run.template_at("HEAD", tmp_path)
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=TEMPLATE_ROOT, capture_output=True, text=True, check=True)
+    assert sha == head.stdout.strip()
+    committed = subprocess.run(
+        ["git", "show", "HEAD:cookiecutter.json"], cwd=TEMPLATE_ROOT, capture_output=True, check=True
+    ).stdout
+    assert (template / "cookiecutter.json").read_bytes() == committed
+    earlier = run.bake(template.parent, template)
+    server = run.Server("baseline", "detection", tmp_path / "unused", tmp_path, earlier_src=earlier)
+    try:
+        scenario = run.Scenario("t", "detection", "rest", ("vga",), 8)
+        body = tmp_path / "body.json"
+        body.write_text(json.dumps(run.body_of(scenario)))
+        assert run.measure(server, scenario, body, count=8, duration=60)["requests"] == 8
+        # Chariot's root /infer is the engine's own route: bare MLServer answers it 404.
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{server.http}/infer", data=body.read_bytes(), method="POST", headers=JSON
+        )
+        with urllib.request.urlopen(request, timeout=30) as response:
+            assert response.status == 200
+    finally:
+        server.stop()
+
+
+def test_against_a_ref_that_is_not_a_commit_is_refused_by_name(tmp_path):
+    with pytest.raises(SystemExit, match="no-such-ref"):
+        run.template_at("no-such-ref", tmp_path)
 
 
 def test_load_generator_counts_failures():

@@ -17,6 +17,7 @@ import io
 import json
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -272,11 +273,15 @@ def template_at(ref: str, out: Path) -> tuple[str, Path]:
         raise SystemExit(f"--against {ref}: not a commit of this repository ({commit.stderr.strip()})")
     sha = commit.stdout.strip()
     folder = out / f"against-{sha[:10]}" / "template"
-    if not folder.exists():
+    if not folder.exists():  # unpacked beside it, then renamed: an interrupted run leaves no half template behind
         archive = subprocess.run(["git", "archive", "--format=tar", sha], cwd=ROOT, capture_output=True, check=True)
-        folder.mkdir(parents=True)
+        partial = folder.with_name(f"{folder.name}.partial")
+        shutil.rmtree(partial, ignore_errors=True)
+        partial.mkdir(parents=True)
         with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
-            tar.extractall(folder, filter="data")
+            # The filter (Python 3.11.4 on) refuses links and paths out of the folder; the archive is this repo's own.
+            tar.extractall(partial, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
+        partial.rename(folder)
     return sha, folder
 
 

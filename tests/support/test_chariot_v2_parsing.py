@@ -4,6 +4,7 @@ met while the body is read."""
 
 import base64
 import json
+import random
 
 import numpy as np
 import pytest
@@ -83,6 +84,21 @@ def test_the_line_counter_counts_lines_across_chunks_and_skips_blank_ones(chunk)
     for start in range(0, len(body), chunk):
         counter.add(body[start : start + chunk])
     assert counter.lines == len(list(chariot_v2.jsonl_lines(body))) == 4
+
+
+def test_jsonl_lines_and_the_line_counter_agree_with_reading_line_by_line():
+    # Both skip blank runs by searching for content; any body, cut into any chunks, must read as split lines do.
+    rng = random.Random(7)
+    pieces = [b"\n", b"\n\n", b" ", b"\t", b"\r", b"\x0b", b"\x0c", b"a", b"{}"]
+    for _ in range(3000):
+        body = b"".join(rng.choice(pieces) for _ in range(rng.randint(0, 24)))
+        expected = [(n, line) for n, line in enumerate(body.split(b"\n"), 1) if line.strip()]
+        assert list(chariot_v2.jsonl_lines(body)) == expected, body
+        for chunk in (1, 3, 64):
+            counter = chariot_v2.LineCounter(100)
+            for start in range(0, len(body), chunk):
+                counter.add(body[start : start + chunk])
+            assert counter.lines == len(expected), (body, chunk)
 
 
 def test_a_jsonl_body_past_the_limit_is_refused_without_reading_every_line():

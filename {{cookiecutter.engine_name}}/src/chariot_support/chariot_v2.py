@@ -6,6 +6,7 @@ answered `{"output": [<results>]}`."""
 from __future__ import annotations
 
 import base64
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import StrEnum
@@ -21,6 +22,9 @@ from .settings import config
 PARAMETERS_HEADER = "chariot-inference-parameters"
 JSON_TYPES = ("application/json", "text/json")
 JSONL_TYPES = ("application/jsonl", "application/x-ndjson", "application/ndjson", "application/json-lines")
+# What makes a JSONL line not blank (bytes.strip's whitespace is regex's \s). Lines are found by searching for it, so
+# a run of blank lines is skipped in C: 64 MiB of newlines took 37 s line by line in Python.
+_CONTENT = re.compile(rb"\S")
 # Keys MLServer's Parameters reads as its own fields: as image parameters they would turn an image into text.
 _RESERVED = ("content_type", "headers")
 _KEYS = ("input", "parameters")
@@ -154,15 +158,14 @@ def parse(
 def jsonl_lines(body: bytes) -> Iterator[tuple[int, bytes]]:
     """The non-blank lines of a JSONL body with their numbers, one at a time: a body of millions of lines is never
     split into a list."""
-    start, number = 0, 0
-    while start < len(body):
-        end = body.find(b"\n", start)
+    start, number = 0, 1  # `start` begins line `number`
+    while (found := _CONTENT.search(body, start)) is not None:
+        begin = body.rfind(b"\n", start, found.start()) + 1 or start
+        number += body.count(b"\n", start, begin)
+        end = body.find(b"\n", found.start())
         end = len(body) if end == -1 else end
-        number += 1
-        line = body[start:end]
-        if line.strip():
-            yield number, line
-        start = end + 1
+        yield number, body[begin:end]
+        start, number = end + 1, number + 1
 
 
 def too_many_lines(max_inputs: int) -> BadRequest:
@@ -182,16 +185,22 @@ class LineCounter:
         self._open = False  # the last chunk ended inside a line that has something in it
 
     def add(self, chunk: bytes) -> None:
-        """Count `chunk`'s lines; BadRequest once there are more than the limit."""
-        parts = chunk.split(b"\n")
-        for index, part in enumerate(parts):
-            if part.strip() and not self._open:
+        """Count `chunk`'s lines; BadRequest once there are more than the limit. Only lines with something in them
+        cost a step: blank ones are skipped by searching past them."""
+        position, counted = 0, self._open  # `counted`: the line `position` is on has been counted
+        while (found := _CONTENT.search(chunk, position)) is not None:
+            if chunk.find(b"\n", position, found.start()) != -1:
+                counted = False  # the content is on a later line than `position`
+            if not counted:
                 self.lines += 1
+                if self.lines > self.max_inputs:
+                    raise too_many_lines(self.max_inputs)
+            end = chunk.find(b"\n", found.start())
+            if end == -1:
                 self._open = True
-            if index < len(parts) - 1:
-                self._open = False
-        if self.lines > self.max_inputs:
-            raise too_many_lines(self.max_inputs)
+                return
+            position, counted = end + 1, False
+        self._open = counted and chunk.find(b"\n", position) == -1
 
 
 def _json_input(value: Any, place: Place, name: str) -> Tensor:

@@ -219,11 +219,17 @@ class InferenceFront:
         """The root /infer: chariot-v2-kserve or chariot-v2, as CHARIOT_INFERENCE_PROTOCOL pins it or the request
         shows it."""
         content_type = headers.get("content-type")
-        chosen, decoded = chariot_v2.choose(self.protocol, content_type, body)
-        if chosen is chariot_v2.Protocol.KSERVE:
-            return await self._answer_v2(body, decoded, headers, None, None)
         parameters = headers.get(chariot_v2.PARAMETERS_HEADER)
-        sent = chariot_v2.parse(body, content_type, parameters, self.max_inputs, decoded=decoded)
+
+        def read() -> tuple[Any, chariot_v2.ChariotV2Request | None]:
+            chosen, decoded = chariot_v2.choose(self.protocol, content_type, body)
+            if chosen is chariot_v2.Protocol.KSERVE:
+                return decoded, None
+            return decoded, chariot_v2.parse(body, content_type, parameters, self.max_inputs, decoded=decoded)
+
+        decoded, sent = await asyncio.to_thread(read) if len(body) > LARGE_BODY else read()
+        if sent is None:  # chariot-v2-kserve: a V2 body
+            return await self._answer_v2(body, decoded, headers, None, None)
         answer = await self.pipeline.answer(sent.request, headers)
         content, media_type = chariot_v2.render(list(answer.answered.results), sent.form)
         return content, media_type, {"x-request-id": answer.request_id}

@@ -170,7 +170,7 @@ def test_exif_orientation_is_honoured():
     assert pixels[-2, 10].max() < 50
 
 
-@pytest.mark.parametrize("separator", ["\n", "\r\n", " "])
+@pytest.mark.parametrize("separator", ["\n", "\r\n", " ", "\t", "\u3000"])  # any whitespace str.split() drops
 def test_line_wrapped_base64_is_accepted(separator):
     wrapped = separator.join(textwrap.wrap(B64, 76)) + separator
     assert first(image(data=wrapped)).encoded == base64.b64decode(B64)

@@ -86,6 +86,20 @@ def test_a_jsonl_body_of_only_blank_lines_is_read_without_holding_the_engine(eng
     assert probe.worst < 1.0 and not probe.failures, (probe.worst, probe.failures[:3])
 
 
+def test_base64_in_millions_of_short_pieces_is_read_without_a_list_of_them():
+    # 60 MiB of "QUFB " : base64 split by spaces, which the engine tolerates (line-wrapped base64). Joined from
+    # str.split()'s pieces this peaked at 1.5 GB more; the pieces are now dropped in place. An engine of its own,
+    # so that its peak RSS is this request's.
+    body = {"inputs": [{"name": "image-0", "shape": [1], "datatype": "BYTES", "data": ["QUFB " * (12 << 20)]}]}
+    with run_engine("faulty_engine", src=HERE) as engine:
+        before = rss_mib(engine.process.pid)
+        with RSSGuard(engine.process, 1536) as guard:
+            reply = requests.post(engine.url + URL, data=json.dumps(body), timeout=60)
+        assert not guard.tripped, "the engine passed 1.5 GiB and was killed"
+        assert reply.status_code == 400 and "not an image" in reply.json()["error"], reply.text[:300]
+        assert peak_rss_mib(engine.process.pid) < before + 600
+
+
 def test_a_request_id_longer_than_256_characters_is_refused_and_never_echoed(engine):
     body = png_request(16, 1)
     huge = "x" * (10 << 20)

@@ -7,9 +7,10 @@ import base64
 import binascii
 import json
 import re
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cache, cached_property
 from typing import Any
 
 import numpy as np
@@ -299,16 +300,28 @@ def refuse_data_url(text: str, where: str) -> None:
     """A browser's `data:image/png;base64,` prefix is not base64; say to drop it rather than that it is invalid."""
     if text[:5].lower() == "data:" and "," in text[:200]:
         raise BadRequest(
-            f"{where} starts with a data URL prefix ({text.split(',', 1)[0]},): drop the prefix and send only the"
+            f"{where} starts with a data URL prefix ({text[: text.index(',')]},): drop the prefix and send only the"
             " base64 after the comma"
         )
+
+
+@cache
+def _whitespace() -> dict[int, None]:
+    """Every character str.split() splits on, for str.translate to drop (made on first use: it takes 70 ms)."""
+    return dict.fromkeys(c for c in range(sys.maxunicode + 1) if chr(c).isspace())
+
+
+def _without_whitespace(text: str) -> str:
+    """`text` with its whitespace dropped, as "".join(text.split()) gives it but without the list of pieces that
+    builds: a 64 MiB string of short pieces peaked at 1.5 GB that way."""
+    return text.translate(_whitespace())
 
 
 def check_base64(text: str, where: str) -> None:
     """Refuse text that is not the standard base64 of a non-empty file, saying where it was."""
     refuse_data_url(text, where)
     try:
-        raw = base64.b64decode("".join(text.split()), validate=True)
+        raw = base64.b64decode(_without_whitespace(text), validate=True)
     except (binascii.Error, ValueError) as exc:
         raise BadRequest(f"{where} is not valid base64 ({exc}); send the image file as standard base64") from None
     if not raw:
@@ -328,7 +341,7 @@ def _image_bytes(value: Any, item: str) -> bytes:
     except (binascii.Error, ValueError):
         try:
             # Tolerate line-wrapped base64 (MIME style), nothing else.
-            raw = base64.b64decode("".join(value.split()), validate=True)
+            raw = base64.b64decode(_without_whitespace(value), validate=True)
         except (binascii.Error, ValueError) as exc:
             raise BadRequest(f"{item} is not valid base64 ({exc}); send the image file as standard base64") from None
     if not raw:

@@ -142,6 +142,26 @@ def test_clients_whose_messages_never_arrive_do_not_hold_up_one_that_sends():
             client.close()
 
 
+@pytest.mark.parametrize("form", ["raw_input_contents", "contents"])
+def test_a_tensor_of_more_elements_than_the_engine_reads_is_refused_before_they_are_read(form):
+    # 60 MiB of raw contents reads as 15 million zero-length elements: 12 s of unpacking before the cap.
+    with run_engine("faulty_engine", src=HERE, env={"CHARIOT_MAX_ELEMENTS": "1000"}) as engine:
+        message = infer_message()
+        extra = message.inputs.add(name="many", datatype="BYTES", shape=[-1])
+        if form == "raw_input_contents":
+            for tensor in message.inputs:
+                contents = list(tensor.contents.bytes_contents)
+                tensor.ClearField("contents")
+                message.raw_input_contents.append(b"".join(len(c).to_bytes(4, "little") + c for c in contents))
+            message.raw_input_contents[1] = b"\0" * 4 * 1001
+        else:
+            extra.contents.bytes_contents.extend([b"x"] * 1001)
+        ((code, details),) = call_all(engine, [message])
+        assert code == "RESOURCE_EXHAUSTED", (code, details)
+        assert details.startswith("input 'many' holds more than 1,000 elements") and "CHARIOT_MAX_ELEMENTS" in details
+        assert serves(engine)
+
+
 @pytest.mark.parametrize("garbage", [b"\xff\xff\xff\xff", b"\x0a\x05ab", b"\x12\xff\xff\xff\xff\x0f"])
 def test_a_message_that_is_not_protobuf_is_invalid_argument(garbage):
     with run_engine("faulty_engine", src=HERE) as engine, grpc.insecure_channel(engine.grpc_address) as channel:

@@ -13,17 +13,30 @@ from mlserver.grpc import dataplane_pb2 as pb
 from mlserver.grpc.converters import ModelInferRequestConverter
 
 from . import v2
+from .admission import TooLarge
 from .decoding import Request, Tensor, plain_parameters
 from .errors import BadRequest
 from .inference import Answer
+from .settings import config
 
 
 def parse(request: pb.ModelInferRequest) -> Request:
     """The request a ModelInferRequest carries."""
     _wider_parameters(request.parameters)
+    most = config().max_elements
     for tensor in request.inputs:
         _wider_parameters(tensor.parameters)
+        # Counted before any is read: ten million one-byte elements become ten million Python objects.
+        if sum(len(values) for _, values in tensor.contents.ListFields()) > most:
+            raise _too_many(tensor.name, most)
     return plain_grpc_request(request) or _converted(request)
+
+
+def _too_many(name: str, most: int) -> TooLarge:
+    return TooLarge(
+        f"input {name!r} holds more than {most:,} elements, more than this engine reads in one request"
+        " (CHARIOT_MAX_ELEMENTS): send each image as one element holding the whole file"
+    )
 
 
 def _wider_parameters(parameters) -> None:
@@ -52,10 +65,13 @@ def _grpc_parameters(parameters) -> dict[str, Any] | None:
     return values if plain_parameters(values) else None
 
 
-def _unpack_bytes(raw: bytes) -> list[bytes] | None:
-    """A BYTES tensor's raw contents: each element a 4-byte little-endian length, then its bytes; None if cut short."""
-    items, at = [], 0
+def _unpack_bytes(raw: bytes, name: str) -> list[bytes] | None:
+    """A BYTES tensor's raw contents: each element a 4-byte little-endian length, then its bytes; None if cut short,
+    TooLarge past CHARIOT_MAX_ELEMENTS (60 MiB of zero lengths are 15 million elements, 12 s of unpacking)."""
+    items, at, most = [], 0, config().max_elements
     while at < len(raw):
+        if len(items) == most:
+            raise _too_many(name, most)
         size = int.from_bytes(raw[at : at + 4], "little")
         if at + 4 + size > len(raw):
             return None
@@ -76,7 +92,7 @@ def plain_grpc_request(request: pb.ModelInferRequest) -> Request | None:
         parameters = _grpc_parameters(tensor.parameters)
         if tensor.datatype != "BYTES" or parameters is None:
             return None
-        data = _unpack_bytes(raw[index]) if raw else list(tensor.contents.bytes_contents)
+        data = _unpack_bytes(raw[index], tensor.name) if raw else list(tensor.contents.bytes_contents)
         if data is None:
             return None
         inputs.append(Tensor(name=tensor.name, data=data, shape=list(tensor.shape), parameters=parameters or None))

@@ -23,6 +23,7 @@ from mlserver.grpc.dataplane_pb2_grpc import GRPCInferenceServiceStub
 
 MODEL = "m-faulty"
 INFER_METHOD = "/inference.GRPCInferenceService/ModelInfer"
+LIVE_METHOD = "/inference.GRPCInferenceService/ServerLive"
 BIG = [("grpc.max_send_message_length", 1 << 28), ("grpc.max_receive_message_length", 1 << 28)]
 
 
@@ -66,15 +67,15 @@ def call_all(engine, messages, *, channels: int = 1, timeout: float = 120) -> Co
             channel.close()
 
 
-def call_in_threads(address: str, messages, *, timeout: float = 120) -> Counter:
+def call_in_threads(address: str, messages, *, timeout: float = 120, method: str = INFER_METHOD) -> Counter:
     """Each message on its own connection to `address`, all at once: for large messages, which one connection
     would send one after another."""
-    messages = [m.SerializeToString() for m in messages]
+    messages = [m if isinstance(m, bytes) else m.SerializeToString() for m in messages]
 
     def one(message: bytes) -> tuple[str, str]:
         with grpc.insecure_channel(address, options=BIG) as channel:
             try:
-                _infer(channel)(message, timeout=timeout)
+                channel.unary_unary(method)(message, timeout=timeout)
                 return "OK", ""
             except grpc.RpcError as error:
                 return error.code().name, error.details() or ""
@@ -92,6 +93,27 @@ def call_apart(engine, count: int, **parameters) -> Counter:
     pushing gigabytes keeps its own process's gRPC busy, which would slow this process's health probes."""
     with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
         return pool.submit(_calls, engine.grpc_address, count, parameters).result()
+
+
+def padded_live_request(padding: int) -> bytes:
+    """A ServerLiveRequest carrying `padding` bytes in an unknown field (15), which protobuf keeps and skips."""
+    length, varint = padding, b""
+    while True:
+        varint += bytes([(length & 0x7F) | (0x80 if length > 0x7F else 0)])
+        length >>= 7
+        if not length:
+            break
+    return bytes([15 << 3 | 2]) + varint + b"\0" * padding
+
+
+def _live_calls(address: str, count: int, padding: int) -> Counter:
+    return call_in_threads(address, [padded_live_request(padding)] * count, method=LIVE_METHOD)
+
+
+def live_calls_apart(engine, count: int, padding: int) -> Counter:
+    """`count` ServerLive calls at once, each with `padding` bytes, from a process of its own (see call_apart)."""
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return pool.submit(_live_calls, engine.grpc_address, count, padding).result()
 
 
 class BothHealthProbe(HealthProbe):

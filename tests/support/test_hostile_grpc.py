@@ -13,6 +13,7 @@ from grpc_attacks import (
     call_all,
     call_apart,
     infer_message,
+    live_calls_apart,
     refused_count,
 )
 from hostile import HERE, RSSGuard, peak_rss_mib, rss_mib, wait_until
@@ -73,6 +74,30 @@ def test_ten_large_messages_at_once_stay_within_the_body_budget_and_memory_comes
                 assert "image-1" in details  # the padding input, read and refused as an image
         assert peak_rss_mib(engine.process.pid) < LIMIT_MIB
         assert settled(engine, start), f"RSS {rss_mib(engine.process.pid):.0f} MiB after, {start:.0f} MiB before"
+        assert serves(engine)
+
+
+def test_large_messages_sent_to_health_calls_are_read_a_few_at_a_time_and_refused():
+    # Twenty ServerLive calls at once, each carrying 60 MiB: health calls are not counted against
+    # CHARIOT_GRPC_MAX_CALLS or the body budget, and read side by side these peaked at 2.5 GB.
+    with run_engine("faulty_engine", src=HERE) as engine:
+        start = rss_mib(engine.process.pid)
+        with BothHealthProbe(engine) as probe, RSSGuard(engine.process, LIMIT_MIB) as guard:
+            answers = live_calls_apart(engine, 20, 60 << 20)
+        assert not guard.tripped, f"the engine passed {LIMIT_MIB} MiB and was killed"
+        # gRPC health probes are read in the same lane as these calls, which are health calls too: 0.64-0.70 s
+        # here, so the bound is looser than the other attacks' second.
+        assert not probe.failures, probe.failures[:5]
+        assert probe.worst < 2.0, f"health over {probe.slowest} took {probe.worst:.2f} s during the attack"
+        for (code, details), _ in answers.items():
+            assert code in ("INVALID_ARGUMENT", "UNAVAILABLE"), (code, details)
+            if code == "INVALID_ARGUMENT":
+                assert details == (
+                    "the ServerLive request message is 62,914,565 bytes; a ServerLiveRequest holds a model's name"
+                    " and version at most, 65,536 bytes are taken"
+                )
+        assert peak_rss_mib(engine.process.pid) < start + 600
+        assert settled(engine, start)
         assert serves(engine)
 
 

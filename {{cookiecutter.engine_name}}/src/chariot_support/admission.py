@@ -171,6 +171,14 @@ class BodyBudget:
         except TimeoutError:
             raise self._full(size) from None
 
+    def let_go(self, size: int) -> None:
+        """`size` bytes of a body or message have been dropped (counted in the budget or not): once enough have,
+        memory is reclaimed."""
+        self._released += size
+        if self._released >= RECLAIM_AFTER_BYTES:
+            self._released = 0
+            _reclaim_soon()
+
     def grow(self, size: int) -> None:
         """Count `size` more bytes of a body already admitted, without waiting: Overloaded when there is no room."""
         if self.used + size > self.capacity:
@@ -179,10 +187,7 @@ class BodyBudget:
 
     def release(self, size: int) -> None:
         self.used -= size
-        self._released += size
-        if self._released >= RECLAIM_AFTER_BYTES:
-            self._released = 0
-            _reclaim_soon()
+        self.let_go(size)
         if self._room is not None:
             room = self._room
 

@@ -29,6 +29,9 @@ UNCOUNTED = frozenset({"ServerLive", "ServerReady", "ModelReady", "ServerMetadat
 # 60 MiB call peaked at 7 times its size).
 MESSAGE_COPIES = 4
 LOG_EVERY = 10.0  # seconds: refusals past the first are summed into one line per interval
+# The largest message an uncounted call takes: their requests hold a model's name and version at most. Such calls
+# are read a few at a time (ReadingSlots of their own), so large messages sent to them cannot pile up in memory.
+SMALL_MESSAGE = 64 << 10
 
 T = TypeVar("T")
 # The size of the message of the call being served, for the handler to know whether its own copies of it (the
@@ -149,6 +152,9 @@ class CallLimits(aio.ServerInterceptor):
         # Messages read (or waiting for room in the body budget) at once: one, and while those are slow, as many as
         # the budget holds of the largest.
         self._reading = ReadingSlots(max(1, settings.body_budget_mb // settings.max_request_mb))
+        # Apart, so that health is never read behind inference. Their messages are a few bytes, read at once: one
+        # still reading after 50 ms is large or slow, and lets another start.
+        self._reading_uncounted = ReadingSlots(4, patience=0.05)
         self.log = RefusalLog()
 
     async def intercept_service(self, continuation, handler_call_details):
@@ -176,18 +182,21 @@ class CallLimits(aio.ServerInterceptor):
             if counted:
                 message, held = await self._admit(context, name, budget)
             else:
-                message = await self._read(context, name)
-            _message_bytes.set(len(message))  # each call is served in a task, with a context of its own
+                message = await self._read_small(context, name)
+            size = len(message)
+            _message_bytes.set(size)  # each call is served in a task, with a context of its own
             request = await off_loop_if_large(self._parse, handler, name, message)
+            # Let go before any refusal: gRPC keeps an abort's exception, and its traceback these frames, past the
+            # call (twenty refused 60 MiB messages held 1.2 GB after they were answered).
+            del message
             if request is None:
                 await self._refuse(
                     context,
                     "malformed",
                     grpc.StatusCode.INVALID_ARGUMENT,
-                    f"the request message ({len(message):,} bytes) could not be parsed as a {name}Request: send a"
+                    f"the request message ({size:,} bytes) could not be parsed as a {name}Request: send a"
                     f" serialized inference.{name}Request, as a client generated from the service's .proto does",
                 )
-            del message
             response = await handler.unary_unary(request, context)
             del request
             await context.write(response)  # returns once the answer is on its way: the client reads it
@@ -209,9 +218,38 @@ class CallLimits(aio.ServerInterceptor):
                 return message, cost
             except Overloaded as full:
                 refusal = str(full)
+                del message  # not kept with the refusal (see _serve)
             finally:
                 self._reading.leave(slot)
         await self._refuse(context, "body_budget", grpc.StatusCode.UNAVAILABLE, refusal)
+
+    async def _read_small(self, context, name: str) -> bytes:
+        """An uncounted call's message: read while few others of its kind are (twenty 60 MiB ServerLive messages
+        read at once peaked at 2.5 GB), and SMALL_MESSAGE at most."""
+        slot = await self._reading_uncounted.enter(self.admission_wait)
+        if slot is None:
+            await self._refuse(
+                context,
+                "busy",
+                grpc.StatusCode.UNAVAILABLE,
+                f"the engine is reading as many {name} messages as it takes at once; retry shortly",
+            )
+        try:
+            message = await self._read(context, name)
+        finally:
+            self._reading_uncounted.leave(slot)
+        if len(message) <= SMALL_MESSAGE:
+            return message
+        size = len(message)
+        del message  # not kept with the refusal (see _serve)
+        body_budget().let_go(size)  # not counted while it was read, but its memory is reclaimed with the rest
+        await self._refuse(
+            context,
+            "malformed",
+            grpc.StatusCode.INVALID_ARGUMENT,
+            f"the {name} request message is {size:,} bytes; a {name}Request holds a model's name and version at"
+            f" most, {SMALL_MESSAGE:,} bytes are taken",
+        )
 
     async def _read(self, context, name: str) -> bytes:
         timed_out = False

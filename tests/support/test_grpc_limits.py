@@ -1,10 +1,13 @@
-"""The pieces of the gRPC call limits that need no server: where a call's message is parsed, and which calls may
-read their message at once."""
+"""The pieces of the gRPC call limits that need no server: where a call's message is parsed, which calls may read
+their message at once, and how many fields a message holds before protobuf builds it."""
 
 import asyncio
 import threading
 
-from chariot_support import grpc_limits
+import pytest
+from mlserver.grpc import dataplane_pb2 as pb
+
+from chariot_support import grpc_limits, v2_grpc
 from chariot_support.admission import LARGE_BODY
 
 
@@ -88,3 +91,31 @@ def test_slow_readers_let_others_start_up_to_the_most():
     assert 0.2 <= entered < 1.5
     assert fourth is None
     assert again is not None
+
+
+def _many(elements: int, **parameters: str) -> bytes:
+    message = pb.ModelInferRequest(model_name="m")
+    tensor = message.inputs.add(name="x", datatype="BYTES", shape=[1])
+    tensor.contents.bytes_contents.extend([b"x"] * elements)
+    for key, value in parameters.items():
+        message.parameters[key].string_param = value
+    return message.SerializeToString()
+
+
+def test_fields_are_counted_at_every_depth_from_the_wire():
+    # model_name, inputs, then in the input its name, datatype, shape and contents: 6 fields beside the elements.
+    assert not v2_grpc.fields_past(_many(94), 100)
+    assert v2_grpc.fields_past(_many(95), 100)
+    # each parameter is a map entry holding a key and a value message holding a string: 4 fields
+    assert not v2_grpc.fields_past(_many(1, **{f"k{i}": "v" for i in range(23)}), 100)
+    assert v2_grpc.fields_past(_many(1, **{f"k{i}": "v" for i in range(24)}), 100)
+
+
+def test_a_large_payload_in_few_fields_is_read_by_its_lengths():
+    raw = _many(1) + pb.ModelInferRequest(raw_input_contents=[b"\0" * (8 << 20)]).SerializeToString()
+    assert not v2_grpc.fields_past(raw, 10)
+
+
+@pytest.mark.parametrize("cut", [b"\x0a\xff", b"\x0a", b"\x80"])
+def test_a_message_cut_short_is_left_to_protobuf_to_refuse(cut):
+    assert not v2_grpc.fields_past(cut, 100)

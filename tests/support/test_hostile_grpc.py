@@ -12,6 +12,7 @@ from grpc_attacks import (
     RawCalls,
     call_all,
     call_apart,
+    call_in_threads,
     infer_message,
     live_calls_apart,
     refused_count,
@@ -184,6 +185,25 @@ def test_a_tensor_of_more_elements_than_the_engine_reads_is_refused_before_they_
         ((code, details),) = call_all(engine, [message])
         assert code == "RESOURCE_EXHAUSTED", (code, details)
         assert details.startswith("input 'many' holds more than 1,000 elements") and "CHARIOT_MAX_ELEMENTS" in details
+        assert serves(engine)
+
+
+def test_a_message_of_ten_million_tiny_elements_is_refused_before_protobuf_builds_it():
+    # 30 MiB on the wire, but protobuf holds about 90 bytes for each element: parsed, it took 900 MB.
+    message = infer_message()
+    message.inputs.add(name="many", datatype="BYTES", shape=[-1]).contents.bytes_contents.extend([b"x"] * 10_000_000)
+    raw = message.SerializeToString()
+    del message
+    with run_engine("faulty_engine", src=HERE) as engine:
+        start = rss_mib(engine.process.pid)
+        with RSSGuard(engine.process, LIMIT_MIB) as guard:
+            answers = call_in_threads(engine.grpc_address, [raw])
+        assert not guard.tripped
+        ((code, details),) = answers
+        assert code == "RESOURCE_EXHAUSTED", (code, details)
+        assert "holds more than 2,000,000 fields" in details and "CHARIOT_MAX_ELEMENTS" in details
+        assert peak_rss_mib(engine.process.pid) < start + 300
+        assert refused_count(engine, "too_many_fields") == 1
         assert serves(engine)
 
 

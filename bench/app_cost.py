@@ -30,9 +30,9 @@ BODY = json.dumps({"inputs": [{"name": "image-0", "shape": [1], "datatype": "BYT
 
 
 async def in_process(count: int) -> float:
-    from chariot_support.demo import DEMO_MODELS
-    from chariot_support.server import ChariotServer, engine_settings, model_settings
-    from chariot_support.tasks import TaskType
+    from chariot_support.model.demo import DEMO_MODELS
+    from chariot_support.model.tasks import TaskType
+    from chariot_support.serving.server import ChariotServer, engine_settings, model_settings
 
     served = model_settings(DEMO_MODELS[TaskType.OBJECT_DETECTION], "demo")
     server = ChariotServer(engine_settings(), model=served, pinned=False)
@@ -78,7 +78,7 @@ def over_http(count: int, h11: bool) -> float:
     sys.path.insert(0, str(ROOT / "tests" / "support"))
     from hostile import cpu_seconds
 
-    from chariot_support.testing import run_demo_engine
+    from chariot_support.dev.testing import run_demo_engine
 
     env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(SRC), os.environ.get("PYTHONPATH")]))}
     with tempfile.TemporaryDirectory() as hide:

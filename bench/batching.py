@@ -25,7 +25,7 @@ sys.path[:0] = [str(BENCH), str(SUPPORT_SRC)]
 
 from images import b64, image  # noqa: E402
 
-from chariot_support.testing import run_engine  # noqa: E402
+from chariot_support.dev.testing import run_engine  # noqa: E402
 
 
 def measure(env: dict[str, str], body: Path, clients: int, count: int, duration: float) -> dict:

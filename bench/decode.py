@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args(argv)
-    from chariot_support.images import decode_image
+    from chariot_support.protocols.images import decode_image
 
     cv2.setNumThreads(1)  # one image per thread, as the engine decodes; keeps the comparison per core
     files = {

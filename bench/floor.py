@@ -13,7 +13,7 @@ from pathlib import Path
 import cv2
 from baseline.runtime import decode
 
-from chariot_support.demo import ColourFinder
+from chariot_support.model.demo import ColourFinder
 
 # One OpenCV thread: the floor is the least CPU the work can take; a pool of helper threads only adds spinning.
 cv2.setNumThreads(1)

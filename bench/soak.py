@@ -47,7 +47,7 @@ def main() -> None:
     sys.path[:0] = [str(engine_dir / "src"), str(ROOT / "tests" / "support")]
     from bad_requests import CASES, GOOD, REST_TRANSPORTS  # the support tests' catalogue
 
-    from chariot_support.testing import engine_package, run_engine
+    from chariot_support.dev.testing import engine_package, run_engine
 
     rng = random.Random(args.seed)
     plan = [

@@ -10,7 +10,7 @@ import numpy as np
 import PIL.Image
 
 from chariot_support.errors import BadRequest
-from chariot_support.images import _complete, decode_image
+from chariot_support.protocols.images import _complete, decode_image
 
 rng = np.random.default_rng(0)
 image = cv2.GaussianBlur(rng.integers(0, 255, (1080, 1920, 3), dtype=np.uint8), (15, 15), 0)

@@ -29,8 +29,8 @@ from test_hostile_bodies import hold_bodies  # noqa: E402
 from test_hostile_slow_clients import TRICKLED_BODY_HEAD, answers_by, connect_all  # noqa: E402
 from test_hostile_workers import children, serving_again  # noqa: E402
 
+from chariot_support.dev.testing import run_engine  # noqa: E402
 from chariot_support.settings import EngineSettings  # noqa: E402
-from chariot_support.testing import run_engine  # noqa: E402
 
 INFER = "/v2/models/m-faulty/infer"
 

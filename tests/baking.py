@@ -8,7 +8,7 @@ from pathlib import Path
 
 from cookiecutter.main import cookiecutter
 
-from chariot_support.tasks import TaskType
+from chariot_support.model.tasks import TaskType
 from template_paths import TEMPLATE_ROOT
 
 # Each task type's name, and the folder of its files in the template (`_tasks/<slug>`).

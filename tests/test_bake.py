@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from baking import ANSWERS, TASKS
-from chariot_support.testing import chariot_request, image_input, run_engine
+from chariot_support.dev.testing import chariot_request, image_input, run_engine
 from template_paths import TEMPLATE_ROOT
 
 LEFTOVER = re.compile(r"\{\{\s*cookiecutter|\{%")

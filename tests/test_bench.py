@@ -11,8 +11,8 @@ import urllib.request
 import numpy as np
 import pytest
 
-from chariot_support.demo import ColourFinder
-from chariot_support.testing import chariot_request, encode_image
+from chariot_support.dev.testing import chariot_request, encode_image
+from chariot_support.model.demo import ColourFinder
 from template_paths import SUPPORT_SRC, TEMPLATE_ROOT
 
 BENCH = TEMPLATE_ROOT / "bench"

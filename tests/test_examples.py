@@ -18,7 +18,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from baking import bake
-from chariot_support.testing import answer, as_image
+from chariot_support.dev.testing import answer, as_image
 from template_paths import ENGINE_TEMPLATE
 
 SIDE = 32  # the input size the tiny models are exported for

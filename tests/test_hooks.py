@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from chariot_support.tasks import TaskType
+from chariot_support.model.tasks import TaskType
 from template_paths import TEMPLATE_ROOT
 
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from chariot_support.tasks import TaskType
-from chariot_support.testing import run_demo_engine
+from chariot_support.dev.testing import run_demo_engine
+from chariot_support.model.tasks import TaskType
 
 HERE = Path(__file__).parent
 ROOT = HERE.parent

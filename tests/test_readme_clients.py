@@ -14,7 +14,7 @@ import pytest
 import requests
 
 from baking import model_name
-from chariot_support.testing import engine_package, run_engine
+from chariot_support.dev.testing import engine_package, run_engine
 from test_kserve_sdk import KSERVE_PYTHON
 
 PROMPTS = ["What colours are in the picture?"]

@@ -17,7 +17,7 @@ import pytest
 import skimage.data
 
 from baking import bake
-from chariot_support.testing import run_engine
+from chariot_support.dev.testing import run_engine
 
 REAL_MODELS = Path(__file__).parent / "real_models"
 # The wheels that carry the weights, and the files each gives MODEL_DIR.
@@ -137,8 +137,8 @@ def test_the_engines_suite_is_green_with_a_real_model(task, model_dir, tmp_path)
 
 
 def served(task: str, root: Path, model_dir: Path, picture: str, **parameters) -> list[dict]:
-    from chariot_support.model_check import picture_input, post_json
-    from chariot_support.tasks import TaskType
+    from chariot_support.dev.model_check import picture_input, post_json
+    from chariot_support.model.tasks import TaskType
 
     tensor = picture_input("image-0", root / "samples" / picture, TaskType(task))
     tensor["parameters"] = parameters

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from baking import TASKS, model_name
-from chariot_support.testing import engine_package, run_engine
+from chariot_support.dev.testing import engine_package, run_engine
 
 HERE = Path(__file__).parent
 

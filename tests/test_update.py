@@ -205,7 +205,7 @@ def test_an_engine_baked_with_cookiecutter_links_to_cruft_with_the_answers_it_ca
 def test_a_dependency_the_user_added_and_one_the_template_added_merge_in_an_update(tmp_path, isolated):
     """`deps add` writes below the comment closing the template's dependencies, so a template update that adds
     one of its own merges without a conflict."""
-    from chariot_support.deps import add_dependency
+    from chariot_support.dev.deps import add_dependency
 
     template = template_repository(tmp_path, isolated)
     engine = cruft_engine(template, {"engine_name": "road-sign"}, tmp_path, isolated)

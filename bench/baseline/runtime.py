@@ -13,7 +13,7 @@ from mlserver import MLModel
 from mlserver.codecs import StringCodec
 from mlserver.types import InferenceRequest, InferenceResponse, ResponseOutput
 
-from chariot_support.demo import ColourFinder
+from chariot_support.model.demo import ColourFinder
 
 
 def decode(value: str | bytes) -> np.ndarray:

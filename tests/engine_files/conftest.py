@@ -4,7 +4,7 @@ default engine, and that engine serving its demo model."""
 import pytest
 
 from baking import default_engine
-from chariot_support.testing import engine_package, run_engine
+from chariot_support.dev.testing import engine_package, run_engine
 
 
 @pytest.fixture(scope="session")

@@ -33,8 +33,8 @@ except ImportError:  # packaging is pinned in constraints.txt, but pip always ca
     from pip._vendor.packaging.version import Version
 
 from baking import default_engine
-from chariot_support.server import ENGINE_DEFAULTS
-from chariot_support.testing import chariot_request, engine_package, free_port, image_input, run_engine
+from chariot_support.dev.testing import chariot_request, engine_package, free_port, image_input, run_engine
+from chariot_support.serving.server import ENGINE_DEFAULTS
 
 ROOT = default_engine()
 HEALTH_PATHS = {"/v2/health/ready", "/v2/health/live", "/ready"}  # the health routes the engine serves
@@ -228,7 +228,7 @@ def test_installs_the_engine_with_the_constraints(final, stages):
         assert "--no-cache-dir" in args, f"pip's cache would stay in a layer: {args}"
         assert not any(a.startswith(".[") for a in args), "the image must not install the test extras"
     checks = [args for stage in stages for i in stage if i.keyword == "RUN" for args in commands(i.args)]
-    assert ["python", "-m", "chariot_support.deps", "check"] in checks, "a second OpenCV must stop the build"
+    assert ["python", "-m", "chariot_support.dev.deps", "check"] in checks, "a second OpenCV must stop the build"
     copied = " ".join(i.args for stage in stages for i in stage if i.keyword in {"COPY", "ADD"})
     assert re.search(r"(^|\s)(constraints\.txt|\.)(\s|$)", copied), "constraints.txt is never copied into the build"
 

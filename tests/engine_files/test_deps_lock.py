@@ -1,4 +1,4 @@
-"""`python -m chariot_support.deps`, run in a freshly baked engine as its author would: locking changes nothing the
+"""`python -m chariot_support.dev.deps`, run in a freshly baked engine as its author would: locking changes nothing the
 template shipped, an added dependency lands in pyproject.toml and constraints.txt with nothing else moving, and a
 dependency pip cannot fit in is refused with pip's reasons, leaving both files as they were."""
 
@@ -14,12 +14,12 @@ from pathlib import Path
 import tomllib
 
 from baking import bake
-from chariot_support.deps import read_pins
+from chariot_support.dev.deps import read_pins
 
 
 def deps(root: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     environment = {**os.environ, "PYTHONPATH": str(root / "src"), **(env or {})}
-    command = [sys.executable, "-m", "chariot_support.deps", *args]
+    command = [sys.executable, "-m", "chariot_support.dev.deps", *args]
     return subprocess.run(command, cwd=root, env=environment, capture_output=True, text=True, timeout=600)
 
 

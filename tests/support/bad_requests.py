@@ -21,11 +21,11 @@ from mlserver.grpc.dataplane_pb2_grpc import GRPCInferenceServiceStub
 from mlserver.types import InferenceRequest
 from pydantic import ValidationError
 
-from chariot_support.decoding import parse_request
+from chariot_support.dev.testing import encode_image, grpc_request
 from chariot_support.errors import ChariotError
-from chariot_support.images import decode_image
-from chariot_support.pipeline import request_id_of
-from chariot_support.testing import encode_image, grpc_request
+from chariot_support.protocols.chariot_v2_kserve import parse_request
+from chariot_support.protocols.images import decode_image
+from chariot_support.serving.pipeline import request_id_of
 
 # Image Text to Text needs prompts; the other tasks pass them to predict untouched, so every image carries some.
 PROMPTS = ["what colours are in the picture?"]

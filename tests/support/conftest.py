@@ -11,8 +11,8 @@ import cv2
 import numpy as np
 import pytest
 
-from chariot_support.tasks import TaskType
-from chariot_support.testing import Scene, draw_scene, run_demo_engine
+from chariot_support.dev.testing import Scene, draw_scene, run_demo_engine
+from chariot_support.model.tasks import TaskType
 from template_paths import ENGINE_TEMPLATE, SUPPORT_SRC
 
 MODEL_NAME = "m-demo"

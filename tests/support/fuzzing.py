@@ -9,7 +9,7 @@ import math
 from bad_requests import JPEG, PNG, PROMPTS, b64
 from hypothesis import strategies as st
 
-from chariot_support.tensors import NUMERIC_DTYPES
+from chariot_support.protocols.tensors import NUMERIC_DTYPES
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=12),

@@ -33,8 +33,8 @@ from bad_requests import (
     request,
 )
 
-from chariot_support.tasks import TaskType
-from chariot_support.testing import run_demo_engine
+from chariot_support.dev.testing import run_demo_engine
+from chariot_support.model.tasks import TaskType
 
 # What a gRPC client gets for each HTTP status the catalogue expects: gRPC's own codes of the same meaning.
 GRPC_CODES = {400: grpc.StatusCode.INVALID_ARGUMENT, 404: grpc.StatusCode.NOT_FOUND}
@@ -78,7 +78,7 @@ DEFAULT_ANSWERS: dict[tuple, Answer] = {}
 
 @dataclass(frozen=True)
 class Served:
-    running: object  # chariot_support.testing.RunningEngine
+    running: object  # chariot_support.dev.testing.RunningEngine
     configuration: str
     headers: dict  # what every request to it carries
     reference: list  # its outputs for the good request

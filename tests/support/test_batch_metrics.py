@@ -10,7 +10,7 @@ import numpy as np
 import requests
 from hostile import HERE
 
-from chariot_support.testing import chariot_request, image_input, run_engine
+from chariot_support.dev.testing import chariot_request, image_input, run_engine
 
 CLIENTS = 16
 

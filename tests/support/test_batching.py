@@ -16,11 +16,11 @@ import requests
 from mlserver.settings import ModelParameters, ModelSettings
 from mlserver.types import InferenceRequest
 
-from chariot_support.batching import Batcher, batch_settings
+from chariot_support.dev.testing import chariot_metadata, chariot_request, image_input, run_engine
 from chariot_support.errors import InvalidResult, PredictFailed, PredictTimeout
-from chariot_support.runtime import ChariotRuntime
+from chariot_support.serving.batching import Batcher, batch_settings
+from chariot_support.serving.runtime import ChariotRuntime
 from chariot_support.settings import EngineSettings, config
-from chariot_support.testing import chariot_metadata, chariot_request, image_input, run_engine
 
 HERE = Path(__file__).parent
 LONG = 10.0  # a batch wait no test sits out: its batches go when full

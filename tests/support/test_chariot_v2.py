@@ -8,8 +8,8 @@ import zlib
 import pytest
 import requests
 
-from chariot_support.tasks import TaskType
-from chariot_support.testing import chariot_request, encode_image, run_demo_engine
+from chariot_support.dev.testing import chariot_request, encode_image, run_demo_engine
+from chariot_support.model.tasks import TaskType
 
 HEADER = "chariot-inference-parameters"
 

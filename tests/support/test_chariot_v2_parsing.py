@@ -1,4 +1,4 @@
-"""Unit tests of chariot_support.chariot_v2 as a protocol: bytes and headers in, the engine's request out, every
+"""Unit tests of chariot_support.protocols.chariot_v2 as a protocol: bytes and headers in, the engine's request out, every
 message naming the place as the sender knows it (the body, a line, the parameters header), and JSONL's line limit
 met while the body is read."""
 
@@ -9,12 +9,12 @@ import random
 import numpy as np
 import pytest
 
-from chariot_support import chariot_v2
-from chariot_support.decoding import parse_request
+from chariot_support.dev.testing import encode_image, expect_error
 from chariot_support.errors import BadRequest
-from chariot_support.images import image_header
-from chariot_support.tasks import TaskType
-from chariot_support.testing import encode_image, expect_error
+from chariot_support.model.tasks import TaskType
+from chariot_support.protocols import chariot_v2
+from chariot_support.protocols.chariot_v2_kserve import parse_request
+from chariot_support.protocols.images import image_header
 
 PNG_B64 = encode_image(np.zeros((8, 8, 3), np.uint8))
 PNG = base64.b64decode(PNG_B64)

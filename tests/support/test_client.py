@@ -14,9 +14,10 @@ import numpy as np
 import pytest
 
 import chariot_support
-from chariot_support import client, drawing
-from chariot_support.tasks import Segmentation
-from chariot_support.testing import changed_near, free_port
+from chariot_support.client import cli as client
+from chariot_support.client import drawing
+from chariot_support.dev.testing import changed_near, free_port
+from chariot_support.model.tasks import Segmentation
 from template_paths import ENGINE_TEMPLATE
 
 SAMPLES = ENGINE_TEMPLATE / "samples"
@@ -215,7 +216,9 @@ def test_an_engine_that_is_not_there_exits_1_with_the_reason(capsys):
 def test_the_client_starts_without_importing_the_server():
     """The client needs no MLServer; importing it would cost every run a second or more."""
     src = str(Path(chariot_support.__file__).resolve().parents[1])
-    check = "import sys, chariot_support.client; print(sorted(m for m in sys.modules if m.split('.')[0] == 'mlserver'))"
+    check = (
+        "import sys, chariot_support.client.cli; print(sorted(m for m in sys.modules if m.split('.')[0] == 'mlserver'))"
+    )
     result = subprocess.run(
         [sys.executable, "-c", check], env={**os.environ, "PYTHONPATH": src}, capture_output=True, text=True, timeout=60
     )

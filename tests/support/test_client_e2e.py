@@ -6,7 +6,7 @@ import re
 
 import cv2
 
-from chariot_support.testing import chariot_metadata
+from chariot_support.dev.testing import chariot_metadata
 from template_paths import ENGINE_TEMPLATE
 
 # Prompts go to every task type; Image Text to Text needs them, the others pass them to predict.

@@ -11,9 +11,10 @@ import numpy as np
 import pytest
 import requests
 
-from chariot_support import client, drawing
-from chariot_support.tasks import TaskType
-from chariot_support.testing import chariot_request, encode_image, free_port, image_input
+from chariot_support.client import cli as client
+from chariot_support.client import drawing
+from chariot_support.dev.testing import chariot_request, encode_image, free_port, image_input
+from chariot_support.model.tasks import TaskType
 from template_paths import ENGINE_TEMPLATE
 
 SAMPLES = ENGINE_TEMPLATE / "samples"
@@ -151,7 +152,7 @@ def test_a_data_url_prefix_is_told_to_go(engine, task, scene):
 
 
 def test_a_red_region_drawn_red_on_a_red_shape_still_shows(scene):
-    from chariot_support.tasks import Segmentation
+    from chariot_support.model.tasks import Segmentation
 
     before = cv2.cvtColor(scene.pixels, cv2.COLOR_RGB2BGR)
     mask = np.zeros(scene.pixels.shape[:2], np.uint8)

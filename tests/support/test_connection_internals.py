@@ -1,4 +1,4 @@
-"""Canaries for the parts of uvicorn's httptools protocol that chariot_support.connections relies on. Each drives
+"""Canaries for the parts of uvicorn's httptools protocol that chariot_support.seams.uvicorn relies on. Each drives
 uvicorn's own protocol over a stand-in transport and, on a uvicorn where an assumption no longer holds, says in
 plain words what changed. Then the engine's protocol over the same transport, with its deadlines shortened."""
 
@@ -11,8 +11,8 @@ from uvicorn.protocols.http.flow_control import HIGH_WATER_LIMIT
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.server import ServerState
 
-from chariot_support import connections
-from chariot_support.connections import IdleLimitedProtocol
+from chariot_support.seams import uvicorn as connections
+from chariot_support.seams.uvicorn import IdleLimitedProtocol
 from chariot_support.settings import EngineSettings
 
 

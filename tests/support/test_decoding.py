@@ -1,4 +1,4 @@
-"""Unit tests of chariot_support.decoding: how a chariot-v2-kserve request is read, and how it is refused."""
+"""Unit tests of chariot_support.protocols.chariot_v2_kserve: how a chariot-v2-kserve request is read, and how it is refused."""
 
 import base64
 import io
@@ -14,12 +14,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from mlserver.types import InferenceRequest
 
-from chariot_support.decoding import Request, Tensor, parse_request, request_from_json
+from chariot_support.dev.testing import as_image, encode_image, expect_error
 from chariot_support.errors import BadRequest
-from chariot_support.images import _quick_header, decode_image, image_header
-from chariot_support.limits import DEFAULT_LIMITS, Limits
-from chariot_support.tasks import TaskType
-from chariot_support.testing import as_image, encode_image, expect_error
+from chariot_support.model.tasks import TaskType
+from chariot_support.protocols.chariot_v2_kserve import parse_request, request_from_json
+from chariot_support.protocols.images import _quick_header, decode_image, image_header
+from chariot_support.protocols.limits import DEFAULT_LIMITS, Limits
+from chariot_support.protocols.request import Request, Tensor
 
 DETECTION = TaskType.OBJECT_DETECTION
 RED, BLUE = (255, 0, 0), (0, 0, 255)

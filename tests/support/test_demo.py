@@ -7,7 +7,7 @@ import cv2
 import numpy as np
 import pytest
 
-from chariot_support.demo import LABELS, ColourFinder, ColourRegion
+from chariot_support.model.demo import LABELS, ColourFinder, ColourRegion
 
 RED, GREEN, BLUE = (255, 0, 0), (0, 255, 0), (0, 0, 255)
 H, W = 480, 640
@@ -267,7 +267,7 @@ def test_rejects_non_rgb_input():
 
 
 def test_occlusion_of_a_whole_region_takes_its_whole_score():
-    from chariot_support.tasks import Detection, OrientedDetection, Segmentation
+    from chariot_support.model.tasks import Detection, OrientedDetection, Segmentation
 
     finder, img = ColourFinder(), scene()
     regions = finder.find(img)
@@ -281,7 +281,7 @@ def test_occlusion_of_a_whole_region_takes_its_whole_score():
 
 
 def test_occlusion_of_part_of_a_region_leaves_the_rest_scoring():
-    from chariot_support.tasks import Detection
+    from chariot_support.model.tasks import Detection
 
     finder, img = ColourFinder(), scene()
     red = by_label(finder.find(img))["red"]
@@ -295,7 +295,7 @@ def test_occlusion_of_part_of_a_region_leaves_the_rest_scoring():
 
 
 def test_occlusion_of_a_label_takes_its_share_away():
-    from chariot_support.tasks import Classification
+    from chariot_support.model.tasks import Classification
 
     finder, img = ColourFinder(), scene()
     shares = finder.class_scores(img)
@@ -307,7 +307,7 @@ def test_occlusion_of_a_label_takes_its_share_away():
 
 
 def test_occlusion_of_an_answer_is_the_share_of_regions_it_depends_on():
-    from chariot_support.tasks import PromptAnswer
+    from chariot_support.model.tasks import PromptAnswer
 
     finder, img = ColourFinder(), scene()
     prompts = ["is there anything red?", "how many regions are there?"]

@@ -5,9 +5,9 @@ import json
 import pytest
 import requests
 
-from chariot_support.demo import DEMO_MODELS
-from chariot_support.tasks import TaskType
-from chariot_support.testing import as_image, changed_near, chariot_request, image_input, run_demo_engine
+from chariot_support.dev.testing import as_image, changed_near, chariot_request, image_input, run_demo_engine
+from chariot_support.model.demo import DEMO_MODELS
+from chariot_support.model.tasks import TaskType
 
 TASK = TaskType.OBJECT_DETECTION
 Model = DEMO_MODELS[TASK]

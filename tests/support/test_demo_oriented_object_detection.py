@@ -7,9 +7,16 @@ import cv2
 import pytest
 import requests
 
-from chariot_support.demo import DEMO_MODELS
-from chariot_support.tasks import TaskType
-from chariot_support.testing import as_image, changed_near, chariot_request, image_input, run_demo_engine, same_corners
+from chariot_support.dev.testing import (
+    as_image,
+    changed_near,
+    chariot_request,
+    image_input,
+    run_demo_engine,
+    same_corners,
+)
+from chariot_support.model.demo import DEMO_MODELS
+from chariot_support.model.tasks import TaskType
 
 TASK = TaskType.ORIENTED_OBJECT_DETECTION
 Model = DEMO_MODELS[TASK]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from chariot_support.deps import CONFLICT, add_dependency, opencv_conflicts, pip_failure, read_pins
+from chariot_support.dev.deps import CONFLICT, add_dependency, opencv_conflicts, pip_failure, read_pins
 from template_paths import SUPPORT_SRC
 
 
@@ -52,10 +52,10 @@ def test_check_exits_1_with_the_sentence(site):
     fake_distribution(site, "opencv-python")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(SUPPORT_SRC)])}
     check = subprocess.run(
-        [sys.executable, "-m", "chariot_support.deps", "check"], env=env, capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "chariot_support.dev.deps", "check"], env=env, capture_output=True, text=True, timeout=60
     )
     assert check.returncode == 1 and "opencv-python is installed beside opencv-python-headless" in check.stderr
-    fine = subprocess.run([sys.executable, "-m", "chariot_support.deps", "check"], capture_output=True, timeout=60)
+    fine = subprocess.run([sys.executable, "-m", "chariot_support.dev.deps", "check"], capture_output=True, timeout=60)
     assert fine.returncode == 0, fine.stderr
 
 

@@ -8,7 +8,7 @@ import cv2
 import numpy as np
 import pytest
 
-from chariot_support.detectors import PAD_GREY, Letterbox, corners, iou, letterbox, nms, sigmoid, softmax
+from chariot_support.model.detectors import PAD_GREY, Letterbox, corners, iou, letterbox, nms, sigmoid, softmax
 
 RED = (255, 0, 0)
 

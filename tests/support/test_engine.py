@@ -6,7 +6,7 @@ import uuid
 import pytest
 import requests
 
-from chariot_support.testing import chariot_metadata, chariot_request, encode_image, image_input
+from chariot_support.dev.testing import chariot_metadata, chariot_request, encode_image, image_input
 
 PROMPTS = ["what colours are in the picture?"]
 

@@ -11,10 +11,10 @@ import pytest
 from evaluation_scenes import HEIGHT, WIDTH, class_csv, class_folders, coco, dota, scenes, segmentation, single_colour
 from pycocotools import mask as coco_mask
 
-from chariot_support import evaluate
-from chariot_support.evaluate_data import DatasetError, load, truth_results
-from chariot_support.tasks import TaskType
-from chariot_support.testing import free_port
+from chariot_support.dev.testing import free_port
+from chariot_support.evaluate import cli as evaluate
+from chariot_support.evaluate.data import DatasetError, load, truth_results
+from chariot_support.model.tasks import TaskType
 
 SCENES = scenes(2, seed=5)
 OD, SEG = TaskType.OBJECT_DETECTION, TaskType.IMAGE_SEGMENTATION

@@ -15,9 +15,10 @@ from evaluation_scenes import coco, scenes
 from pycocotools.coco import COCO
 from pycocotools.cocoeval import COCOeval
 
-from chariot_support import client, evaluate
-from chariot_support.tasks import TaskType
-from chariot_support.testing import run_demo_engine
+from chariot_support.client import cli as client
+from chariot_support.dev.testing import run_demo_engine
+from chariot_support.evaluate import cli as evaluate
+from chariot_support.model.tasks import TaskType
 
 SCENES = scenes(6)
 
@@ -214,7 +215,7 @@ def test_a_second_run_replaces_the_first_and_other_folders_are_refused(engine, t
 
 
 def test_an_engine_that_cannot_be_reached_is_named(tmp_path, capsys):
-    from chariot_support.testing import free_port
+    from chariot_support.dev.testing import free_port
 
     url = f"http://127.0.0.1:{free_port()}"
     code = evaluate.main([str(coco(tmp_path / "data", SCENES[:1])), "--url", url, "--out", str(tmp_path / "out")])

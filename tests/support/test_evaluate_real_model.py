@@ -16,8 +16,8 @@ import skimage.data
 from pycocotools.coco import COCO
 from pycocotools.cocoeval import COCOeval
 
-from chariot_support import evaluate
-from chariot_support.testing import run_engine
+from chariot_support.dev.testing import run_engine
+from chariot_support.evaluate import cli as evaluate
 
 REAL_MODELS = Path(__file__).parents[1] / "real_models"
 WHEEL, WEIGHTS = "mediapipe==0.10.14", "mediapipe/modules/face_detection/face_detection_short_range.tflite"
@@ -63,7 +63,7 @@ def face_engine(tmp_path_factory):
     shutil.copy(REAL_MODELS / "object_detection.py", src / "faces" / "model.py")
     (src / "faces" / "__init__.py").write_text("")
     (src / "faces" / "__main__.py").write_text(
-        "from chariot_support.server import serve\nfrom faces.model import Model\n\nserve(Model, default_model_id='faces')\n"
+        "from chariot_support.serving.server import serve\nfrom faces.model import Model\n\nserve(Model, default_model_id='faces')\n"
     )
     with run_engine("faces", src=src, env={"MODEL_DIR": str(model_dir)}) as running:
         yield running
@@ -123,7 +123,7 @@ def test_the_face_detector_scores_what_its_answers_say(face_engine, dataset, tmp
 
 def pycocotools_stats(dataset: Path, engine) -> list[float]:
     """pycocotools' twelve figures for the engine's answers, asked here independently of the command."""
-    from chariot_support import client
+    from chariot_support.client import cli as client
 
     truth = COCO(str(dataset))
     detections = []

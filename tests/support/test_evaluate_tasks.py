@@ -7,9 +7,9 @@ import pytest
 from evaluation_scenes import HEIGHT, WIDTH, class_csv, class_folders, coco, dota, scenes, single_colour
 from pycocotools import mask as coco_mask
 
-from chariot_support import evaluate
-from chariot_support.tasks import TaskType
-from chariot_support.testing import run_demo_engine
+from chariot_support.dev.testing import run_demo_engine
+from chariot_support.evaluate import cli as evaluate
+from chariot_support.model.tasks import TaskType
 
 SCENES = scenes(4, seed=3)
 

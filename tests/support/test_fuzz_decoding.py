@@ -10,11 +10,12 @@ from hypothesis import strategies as st
 from mlserver.types import InferenceRequest
 from pydantic import ValidationError
 
-from chariot_support.decoding import Tensor, parse_request, request_from_json
 from chariot_support.errors import ChariotError
-from chariot_support.images import decode_image
-from chariot_support.tasks import TaskType
-from chariot_support.tensors import NUMERIC_DTYPES, decode_tensor
+from chariot_support.model.tasks import TaskType
+from chariot_support.protocols.chariot_v2_kserve import parse_request, request_from_json
+from chariot_support.protocols.images import decode_image
+from chariot_support.protocols.request import Tensor
+from chariot_support.protocols.tensors import NUMERIC_DTYPES, decode_tensor
 
 BOUNDED = settings(max_examples=200, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -10,8 +10,7 @@ import requests
 from mlserver.grpc import dataplane_pb2 as pb
 from mlserver.grpc.dataplane_pb2_grpc import GRPCInferenceServiceStub
 
-from chariot_support.tasks import TaskType
-from chariot_support.testing import (
+from chariot_support.dev.testing import (
     chariot_metadata,
     chariot_request,
     encode_image,
@@ -20,6 +19,7 @@ from chariot_support.testing import (
     image_input,
     run_demo_engine,
 )
+from chariot_support.model.tasks import TaskType
 
 PROMPTS = ["what colours are in the picture?"]
 
@@ -243,7 +243,7 @@ def test_the_engines_own_reading_answers_as_mlservers_converter_does(stub, model
 
 
 def test_only_plain_grpc_requests_are_read_by_the_engine_itself(model_name, scene):
-    from chariot_support.v2_grpc import plain_grpc_request
+    from chariot_support.protocols.v2_grpc import plain_grpc_request
 
     body = chariot_request(image_input("image-0", scene.pixels, action="detect"), metadata="{}")
     plain = plain_grpc_request(grpc_request(body, model_name))

@@ -13,7 +13,7 @@ import requests
 from hostile import HERE, HealthProbe, RSSGuard, peak_rss_mib, png_request, rss_mib
 from mlserver.grpc.dataplane_pb2_grpc import GRPCInferenceServiceStub
 
-from chariot_support.testing import grpc_request, run_engine
+from chariot_support.dev.testing import grpc_request, run_engine
 
 URL = "/v2/models/m-faulty/infer"
 

@@ -11,7 +11,7 @@ import pytest
 import requests
 from hostile import HERE, rss_mib
 
-from chariot_support.testing import chariot_request, image_input, run_engine
+from chariot_support.dev.testing import chariot_request, image_input, run_engine
 
 PIXELS = np.zeros((32, 48, 3), np.uint8)
 

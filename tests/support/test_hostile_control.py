@@ -11,7 +11,7 @@ from hostile import HERE
 from mlserver.grpc import model_repository_pb2 as repo_pb
 from mlserver.grpc.model_repository_pb2_grpc import ModelRepositoryServiceStub
 
-from chariot_support.testing import chariot_request, image_input, run_engine
+from chariot_support.dev.testing import chariot_request, image_input, run_engine
 
 PIXELS = np.zeros((32, 48, 3), np.uint8)
 

@@ -20,7 +20,7 @@ from grpc_attacks import (
 )
 from hostile import HERE, RSSGuard, peak_rss_mib, rss_mib, wait_until
 
-from chariot_support.testing import run_engine
+from chariot_support.dev.testing import run_engine
 
 LIMIT_MIB = 1536
 # grpc-status values as a raw HTTP/2 client reads them

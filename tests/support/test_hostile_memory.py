@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 import requests
 from hostile import HERE, RSSGuard, cpu_seconds, peak_rss_mib, png_request, wait_until
 
-from chariot_support.testing import run_engine
+from chariot_support.dev.testing import run_engine
 
 URL = "/v2/models/m-faulty/infer"
 

@@ -7,7 +7,7 @@ import pytest
 import requests
 from hostile import HERE, HealthProbe
 
-from chariot_support.testing import run_engine
+from chariot_support.dev.testing import run_engine
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +48,7 @@ def test_deep_nesting_is_a_400_on_every_route(engine, path):
 
 def test_a_v1_body_nested_just_past_the_parser_is_a_400_too():
     from chariot_support.errors import BadRequest
-    from chariot_support.legacy import read_body
+    from chariot_support.protocols.legacy import read_body
 
     with pytest.raises(BadRequest, match="nests too deep"):
         read_body(("[" * 1_000_000 + "]" * 1_000_000).encode())

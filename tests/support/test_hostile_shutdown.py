@@ -9,7 +9,7 @@ import numpy as np
 from hostile import HERE
 from mlserver.grpc.dataplane_pb2_grpc import GRPCInferenceServiceStub
 
-from chariot_support.testing import chariot_request, grpc_request, grpc_results, image_input, run_engine
+from chariot_support.dev.testing import chariot_request, grpc_request, grpc_results, image_input, run_engine
 
 PIXELS = np.zeros((32, 48, 3), np.uint8)
 

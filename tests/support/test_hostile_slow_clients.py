@@ -11,8 +11,8 @@ import numpy as np
 import requests
 from hostile import HERE, HealthProbe, RSSGuard, peak_rss_mib, rss_mib, wait_until
 
+from chariot_support.dev.testing import chariot_request, image_input, run_engine
 from chariot_support.settings import EngineSettings
-from chariot_support.testing import chariot_request, image_input, run_engine
 
 DEFAULTS = EngineSettings()
 SLACK = 3.0  # seconds a deadline may be late by on a loaded 2-core machine

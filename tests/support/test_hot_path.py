@@ -9,8 +9,8 @@ import re
 import pytest
 import requests
 
-from chariot_support.tasks import TaskType
-from chariot_support.testing import chariot_metadata, chariot_request, image_input, run_demo_engine
+from chariot_support.dev.testing import chariot_metadata, chariot_request, image_input, run_demo_engine
+from chariot_support.model.tasks import TaskType
 
 
 @pytest.fixture(scope="module")

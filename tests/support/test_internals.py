@@ -1,4 +1,4 @@
-"""Canaries: each assumption `chariot_support.internals` makes about MLServer's private parts, checked by using it
+"""Canaries: each assumption `chariot_support.seams.mlserver` makes about MLServer's private parts, checked by using it
 on the installed MLServer's real objects (pools with in-process workers, a data plane with a model loaded, an engine
 server whose servers do not serve). On a release where one no longer holds, its test fails saying which in plain
 words; CANARIES, at the end, names the canaries of each private name, and a test keeps it complete."""
@@ -19,8 +19,8 @@ from mlserver.grpc.servicers import InferenceServicer
 from mlserver.settings import ModelSettings, Settings
 from mlserver.types import InferenceRequest, InferenceResponse
 
-from chariot_support import internals
 from chariot_support.errors import ModelLoadFailed
+from chariot_support.seams import mlserver as internals
 
 
 def holds(condition: bool, what: str) -> None:
@@ -567,8 +567,8 @@ def test_the_engine_server_gives_its_parallel_workers_to_the_supervisor(
 
 def test_the_grpc_server_keeps_mlservers_interceptors_tracing_included(monkeypatch, released_metrics):
     """The engine's gRPC server is MLServer's: with MLSERVER_TRACING_SERVER set, gRPC calls are traced as REST."""
-    from chariot_support.demo import DEMO_MODELS
-    from chariot_support.server import ChariotServer, engine_settings, model_settings
+    from chariot_support.model.demo import DEMO_MODELS
+    from chariot_support.serving.server import ChariotServer, engine_settings, model_settings
 
     monkeypatch.setenv("MLSERVER_TRACING_SERVER", "127.0.0.1:4317")
     model_class = DEMO_MODELS[next(iter(DEMO_MODELS))]
@@ -589,9 +589,9 @@ def test_the_grpc_server_is_built_by_the_aio_name_the_engine_swaps(released_metr
     passing interceptors= and options=."""
     from mlserver.grpc import server as grpc_server
 
-    from chariot_support.demo import DEMO_MODELS
-    from chariot_support.grpc_limits import CallLimits
-    from chariot_support.server import ChariotServer, engine_settings, model_settings
+    from chariot_support.grpc.limits import CallLimits
+    from chariot_support.model.demo import DEMO_MODELS
+    from chariot_support.serving.server import ChariotServer, engine_settings, model_settings
 
     built_with = {}
     real = grpc_server.aio.server
@@ -740,7 +740,7 @@ def test_the_data_plane_answers_every_method_of_mlservers_itself():
     """No method of MLServer's data plane reaches a client without Chariot's model naming."""
     from mlserver.handlers import DataPlane
 
-    from chariot_support.data_plane import ChariotDataPlane
+    from chariot_support.serving.data_plane import ChariotDataPlane
 
     public = {name for name in dir(DataPlane) if not name.startswith("_")}
     missing = public - set(vars(ChariotDataPlane))

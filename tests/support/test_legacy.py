@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import requests
 
-from chariot_support.tasks import TaskType
-from chariot_support.testing import chariot_request, encode_image, image_input
+from chariot_support.dev.testing import chariot_request, encode_image, image_input
+from chariot_support.model.tasks import TaskType
 
 PROMPTS = ["how many regions are there?", "is there anything red?"]
 

@@ -1,4 +1,4 @@
-"""Unit tests of chariot_support.legacy: V1 / TF Serving bodies read into V2's parsed request, and the answers."""
+"""Unit tests of chariot_support.protocols.legacy: V1 / TF Serving bodies read into V2's parsed request, and the answers."""
 
 import base64
 import json
@@ -8,11 +8,12 @@ import cv2
 import numpy as np
 import pytest
 
-from chariot_support.decoding import parse_request
+from chariot_support.dev.testing import encode_image, expect_error
 from chariot_support.errors import BadRequest, InvalidResult
-from chariot_support.images import decode_image
-from chariot_support.inference import Answer, Answered
-from chariot_support.legacy import (
+from chariot_support.model.tasks import TaskType
+from chariot_support.protocols.chariot_v2_kserve import parse_request
+from chariot_support.protocols.images import decode_image
+from chariot_support.protocols.legacy import (
     STATUS_PATH,
     VERB_PATH,
     model_metadata,
@@ -22,10 +23,9 @@ from chariot_support.legacy import (
     read_predict,
     render,
 )
-from chariot_support.limits import DEFAULT_LIMITS, Limits
-from chariot_support.runtime import validate_explanations
-from chariot_support.tasks import TaskType
-from chariot_support.testing import encode_image, expect_error
+from chariot_support.protocols.limits import DEFAULT_LIMITS, Limits
+from chariot_support.protocols.request import Answer, Answered
+from chariot_support.serving.runtime import validate_explanations
 
 PIXELS = np.arange(4 * 5 * 3, dtype=np.uint8).reshape(4, 5, 3) * 4
 B64 = encode_image(PIXELS)

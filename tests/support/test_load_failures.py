@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from chariot_support.testing import free_ports, run_demo_engine
+from chariot_support.dev.testing import free_ports, run_demo_engine
 
 HERE = Path(__file__).parent
 

@@ -16,9 +16,9 @@ import requests
 from mlserver.grpc import dataplane_pb2 as pb
 from mlserver.grpc.dataplane_pb2_grpc import GRPCInferenceServiceStub
 
-from chariot_support.logs import JSONLines
+from chariot_support.dev.testing import chariot_request, encode_image, image_input, run_engine
+from chariot_support.serving.logs import JSONLines
 from chariot_support.settings import EngineSettings
-from chariot_support.testing import chariot_request, encode_image, image_input, run_engine
 
 HERE = Path(__file__).parent
 PIXELS = np.zeros((32, 48, 3), np.uint8)

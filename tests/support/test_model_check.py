@@ -6,9 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from chariot_support.base import has_explain
-from chariot_support.demo import DEMO_MODELS
-from chariot_support.model_check import (
+from chariot_support.dev.model_check import (
     PROMPTS,
     ServedModel,
     check_explanations,
@@ -17,8 +15,10 @@ from chariot_support.model_check import (
     sample_pictures,
     start_failure,
 )
-from chariot_support.tasks import TaskType
-from chariot_support.testing import run_engine
+from chariot_support.dev.testing import run_engine
+from chariot_support.model.base import has_explain
+from chariot_support.model.demo import DEMO_MODELS
+from chariot_support.model.tasks import TaskType
 from template_paths import ENGINE_TEMPLATE, TEMPLATE_ROOT
 
 SAMPLES = ENGINE_TEMPLATE / "samples"
@@ -100,7 +100,7 @@ def racy_engine(folder: Path) -> Path:
         "from .model import Model\n\n\nclass ClaimsThreadSafe(Model):\n    thread_safe = True\n"
     )
     (package / "__main__.py").write_text(
-        "from chariot_support.server import serve\n\nfrom .claimed import ClaimsThreadSafe\n\n"
+        "from chariot_support.serving.server import serve\n\nfrom .claimed import ClaimsThreadSafe\n\n"
         "serve(ClaimsThreadSafe, default_model_id='racy')\n"
     )
     return folder

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 import requests
 
-from chariot_support.base import ChariotModel
-from chariot_support.copies import copies_wanted, threads_per_call
-from chariot_support.tasks import TaskType
-from chariot_support.testing import chariot_request, image_input, run_engine
+from chariot_support.dev.testing import chariot_request, image_input, run_engine
+from chariot_support.model.base import ChariotModel
+from chariot_support.model.tasks import TaskType
+from chariot_support.serving.copies import copies_wanted, threads_per_call
 
 HERE = Path(__file__).parent
 PIXELS = np.zeros((16, 16, 3), np.uint8)

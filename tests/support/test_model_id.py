@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import requests
 
-from chariot_support.testing import chariot_request, image_input, run_engine
+from chariot_support.dev.testing import chariot_request, image_input, run_engine
 
 HERE = Path(__file__).parent
 BODY = json.dumps(chariot_request(image_input("image-0", np.zeros((16, 16, 3), np.uint8))))
@@ -52,7 +52,7 @@ def test_the_engine_refuses_the_ids_the_bake_refuses(model_id):
 
 def model_id_from_env_with(model_id: str) -> str:
     from chariot_support import model_id as rule
-    from chariot_support.server import model_id_from_env
+    from chariot_support.serving.server import model_id_from_env
 
     chosen = model_id_from_env(model_id)  # no CHARIOT_MODEL_ID in the test environment: the default is checked
     assert rule.problem(model_id) is None  # the rule the bake hook loads from this same file agrees

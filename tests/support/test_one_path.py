@@ -12,8 +12,8 @@ import pytest
 import requests
 from mlserver.grpc.dataplane_pb2_grpc import GRPCInferenceServiceStub
 
-from chariot_support.tasks import TaskType
-from chariot_support.testing import chariot_request, encode_image, grpc_request, image_input, run_demo_engine
+from chariot_support.dev.testing import chariot_request, encode_image, grpc_request, image_input, run_demo_engine
+from chariot_support.model.tasks import TaskType
 
 CONFIGURATIONS = {
     "default": {},
@@ -150,8 +150,8 @@ def test_mlservers_own_app_has_no_inference_route_left(released_metrics):
     """The REST app behind the front answers no inference: a request that got past the front would find no route."""
     import asyncio
 
-    from chariot_support.demo import DEMO_MODELS
-    from chariot_support.server import ChariotServer, engine_settings, model_settings
+    from chariot_support.model.demo import DEMO_MODELS
+    from chariot_support.serving.server import ChariotServer, engine_settings, model_settings
 
     async def build():  # MLServer's constructor sets signal handlers on the running loop
         return ChariotServer(

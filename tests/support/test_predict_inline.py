@@ -11,8 +11,8 @@ import pytest
 import requests
 from mlserver.grpc.dataplane_pb2_grpc import GRPCInferenceServiceStub
 
+from chariot_support.dev.testing import chariot_request, grpc_request, grpc_results, image_input, run_engine
 from chariot_support.settings import EngineSettings
-from chariot_support.testing import chariot_request, grpc_request, grpc_results, image_input, run_engine
 
 HERE = Path(__file__).parent
 PIXELS = np.zeros((16, 16, 3), np.uint8)

@@ -8,8 +8,8 @@ import pytest
 import requests
 from mlserver.grpc.dataplane_pb2_grpc import GRPCInferenceServiceStub
 
-from chariot_support.tasks import TaskType
-from chariot_support.testing import chariot_request, grpc_request, image_input
+from chariot_support.dev.testing import chariot_request, grpc_request, image_input
+from chariot_support.model.tasks import TaskType
 
 BASE = "Chariot-Inference-Base-ID"
 
@@ -80,7 +80,7 @@ def test_grpc_base_id_metadata(engine, task, scene, model_name):
 
 
 def test_v1_predict_takes_the_base_id_too(engine, task, scene):
-    from chariot_support.testing import encode_image
+    from chariot_support.dev.testing import encode_image
 
     request_id = f"v1-base-{task.name.lower()}"
     instance = {"image": {"b64": encode_image(scene.pixels)}}

@@ -5,7 +5,7 @@ import uuid
 
 import requests
 
-from chariot_support.testing import chariot_request, image_input
+from chariot_support.dev.testing import chariot_request, image_input
 
 
 def request_lines(log: str, request_id: str) -> list[dict]:

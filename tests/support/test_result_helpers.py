@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chariot_support.tasks import OrientedDetection, Segmentation, TaskType, select, validate_results
-from chariot_support.testing import as_image, same_corners
+from chariot_support.dev.testing import as_image, same_corners
+from chariot_support.model.tasks import OrientedDetection, Segmentation, TaskType, select, validate_results
 
 
 def corners(box: OrientedDetection, width: int, height: int) -> np.ndarray:

@@ -9,10 +9,10 @@ import pytest
 from mlserver.settings import ModelParameters, ModelSettings
 from mlserver.types import InferenceRequest
 
-from chariot_support import runtime as runtime_module
+from chariot_support.dev.testing import chariot_request, image_input
 from chariot_support.errors import BadRequest
-from chariot_support.runtime import ChariotRuntime
-from chariot_support.testing import chariot_request, image_input
+from chariot_support.serving import runtime as runtime_module
+from chariot_support.serving.runtime import ChariotRuntime
 from template_paths import TEMPLATE_ROOT
 
 PIXELS = np.zeros((24, 32, 3), np.uint8)

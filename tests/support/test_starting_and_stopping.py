@@ -9,7 +9,7 @@ import numpy as np
 import requests
 from hostile import HERE, wait_until
 
-from chariot_support.testing import chariot_request, image_input, run_demo_engine, run_engine
+from chariot_support.dev.testing import chariot_request, image_input, run_demo_engine, run_engine
 
 PIXELS = np.zeros((32, 48, 3), np.uint8)
 WORKERS = 2

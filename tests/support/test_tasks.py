@@ -1,4 +1,4 @@
-"""Unit tests of chariot_support.tasks: result types, their protocol dicts, their checks, and `select`."""
+"""Unit tests of chariot_support.model.tasks: result types, their protocol dicts, their checks, and `select`."""
 
 import json
 import math
@@ -12,8 +12,9 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 from pydantic import ValidationError
 
+from chariot_support.dev.testing import expect_error, same_corners
 from chariot_support.errors import InvalidResult
-from chariot_support.tasks import (
+from chariot_support.model.tasks import (
     Classification,
     Detection,
     OrientedDetection,
@@ -26,7 +27,6 @@ from chariot_support.tasks import (
     to_json,
     validate_results,
 )
-from chariot_support.testing import expect_error, same_corners
 
 # The examples on Chariot's chariot-v2-kserve protocol page, one per result type.
 PROTOCOL_EXAMPLES = [

@@ -2,7 +2,7 @@
 
 import socket
 
-from chariot_support.testing import free_ports
+from chariot_support.dev.testing import free_ports
 
 
 def test_free_ports_are_different_and_bindable():

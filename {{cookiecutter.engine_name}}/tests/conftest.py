@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from chariot_support.base import ChariotModel
-from chariot_support.model_check import sample_pictures, start_failure
-from chariot_support.testing import EngineDidNotStart, engine_package, run_engine
+from chariot_support.dev.model_check import sample_pictures, start_failure
+from chariot_support.dev.testing import EngineDidNotStart, engine_package, run_engine
+from chariot_support.model.base import ChariotModel
 
 ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src"

@@ -7,9 +7,9 @@ import grpc
 import pytest
 from mlserver.grpc.dataplane_pb2_grpc import GRPCInferenceServiceStub
 
-from chariot_support.base import has_explain
-from chariot_support.model_check import ServedModel, check_explanations, check_results, picture_input, same_answers
-from chariot_support.testing import grpc_request, grpc_results
+from chariot_support.dev.model_check import ServedModel, check_explanations, check_results, picture_input, same_answers
+from chariot_support.dev.testing import grpc_request, grpc_results
+from chariot_support.model.base import has_explain
 
 
 @pytest.fixture(scope="session")

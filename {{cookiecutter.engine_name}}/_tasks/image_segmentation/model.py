@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from chariot_support import ChariotModel, Image, Segmentation, TaskType
-from chariot_support.demo import ColourFinder
+from chariot_support.model.demo import ColourFinder
 
 
 class Model(ChariotModel):

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from chariot_support.model_check import picture_input, post_json
-from chariot_support.testing import answer, read_picture
+from chariot_support.dev.model_check import picture_input, post_json
+from chariot_support.dev.testing import answer, read_picture
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -8,24 +8,24 @@ from typing import TYPE_CHECKING, Any
 # Loaded on first use, so that the command-line client (chariot_support.client), which needs none of MLServer,
 # starts in a fraction of a second instead of importing the whole server first.
 _EXPORTS = {
-    "BadRequest": ".errors",
-    "ChariotModel": ".base",
-    "Classification": ".tasks",
-    "Detection": ".tasks",
-    "Image": ".decoding",
-    "Letterbox": ".detectors",
-    "OrientedDetection": ".tasks",
-    "PromptAnswer": ".tasks",
-    "Segmentation": ".tasks",
-    "TaskType": ".tasks",
-    "contours_from_mask": ".tasks",
-    "corners": ".detectors",
-    "letterbox": ".detectors",
-    "nms": ".detectors",
-    "onnx_session": ".onnx_session",
-    "read_labels": ".labels",
-    "sigmoid": ".detectors",
-    "softmax": ".detectors",
+    "BadRequest": "chariot_support.errors",
+    "ChariotModel": "chariot_support.model.base",
+    "Classification": "chariot_support.model.tasks",
+    "Detection": "chariot_support.model.tasks",
+    "Image": "chariot_support.model.image",
+    "Letterbox": "chariot_support.model.detectors",
+    "OrientedDetection": "chariot_support.model.tasks",
+    "PromptAnswer": "chariot_support.model.tasks",
+    "Segmentation": "chariot_support.model.tasks",
+    "TaskType": "chariot_support.model.tasks",
+    "contours_from_mask": "chariot_support.model.tasks",
+    "corners": "chariot_support.model.detectors",
+    "letterbox": "chariot_support.model.detectors",
+    "nms": "chariot_support.model.detectors",
+    "onnx_session": "chariot_support.model.onnx_session",
+    "read_labels": "chariot_support.model.labels",
+    "sigmoid": "chariot_support.model.detectors",
+    "softmax": "chariot_support.model.detectors",
 }
 __all__ = [
     "BadRequest",
@@ -52,7 +52,7 @@ __all__ = [
 def __getattr__(name: str) -> Any:
     if name not in _EXPORTS:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(import_module(_EXPORTS[name], __name__), name)
+    value = getattr(import_module(_EXPORTS[name]), name)
     globals()[name] = value
     return value
 
@@ -62,13 +62,13 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:
-    from .base import ChariotModel
-    from .decoding import Image
-    from .detectors import Letterbox, corners, letterbox, nms, sigmoid, softmax
-    from .errors import BadRequest
-    from .labels import read_labels
-    from .onnx_session import onnx_session
-    from .tasks import (
+    from chariot_support.errors import BadRequest
+    from chariot_support.model.base import ChariotModel
+    from chariot_support.model.detectors import Letterbox, corners, letterbox, nms, sigmoid, softmax
+    from chariot_support.model.image import Image
+    from chariot_support.model.labels import read_labels
+    from chariot_support.model.onnx_session import onnx_session
+    from chariot_support.model.tasks import (
         Classification,
         Detection,
         OrientedDetection,

@@ -5,9 +5,9 @@ The support package's own tests start engines this way, so they hold whatever mo
 
 import sys
 
-from .demo import DEMO_MODELS
-from .server import serve
-from .tasks import TaskType
+from chariot_support.model.demo import DEMO_MODELS
+from chariot_support.model.tasks import TaskType
+from chariot_support.serving.server import serve
 
 
 def main(argv: list[str]) -> int:

@@ -4,7 +4,7 @@
 import sys
 from collections.abc import Sequence
 
-from chariot_support import client
+from chariot_support.client import cli as client
 
 # The id the engine answers to when run locally, as in __main__.py; --model-id picks another.
 DEFAULT_MODEL_ID = "{{ cookiecutter.model_id }}"

@@ -1,0 +1,5 @@
+import sys
+
+from chariot_support.client.cli import main
+
+sys.exit(main())

@@ -1,0 +1,163 @@
+"""The gRPC inference service: every call answers with a status code a client can act on, and inference returns each
+image's results as one JSON-encoded BYTES element."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+from collections.abc import Callable
+
+import grpc
+from grpc import aio
+from mlserver.grpc import dataplane_pb2 as pb
+from mlserver.grpc.converters import (
+    ModelMetadataResponseConverter,
+    RepositoryIndexRequestConverter,
+    ServerMetadataResponseConverter,
+)
+from mlserver.grpc.dataplane_pb2_grpc import GRPCInferenceServiceServicer
+from mlserver.grpc.utils import to_headers, to_metadata
+
+from chariot_support.errors import internal_error
+from chariot_support.grpc.limits import off_loop_if_large
+from chariot_support.protocols import v2_grpc
+from chariot_support.seams.mlserver import (
+    SERVING_ERRORS,
+)
+from chariot_support.serving.data_plane import ChariotDataPlane, ChariotRepositoryHandlers
+from chariot_support.serving.logs import log_request, request_entry
+
+logger = logging.getLogger("chariot_support")
+
+
+# The HTTP status each error carries, as the gRPC code that means the same thing to a client.
+GRPC_STATUS = {
+    400: grpc.StatusCode.INVALID_ARGUMENT,
+    404: grpc.StatusCode.NOT_FOUND,
+    409: grpc.StatusCode.ALREADY_EXISTS,
+    413: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    422: grpc.StatusCode.FAILED_PRECONDITION,
+    429: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    500: grpc.StatusCode.INTERNAL,
+    501: grpc.StatusCode.UNIMPLEMENTED,
+    503: grpc.StatusCode.UNAVAILABLE,
+    504: grpc.StatusCode.DEADLINE_EXCEEDED,
+}
+
+
+def grpc_status(http_status: int) -> grpc.StatusCode:
+    if http_status in GRPC_STATUS:
+        return GRPC_STATUS[http_status]
+    return grpc.StatusCode.INVALID_ARGUMENT if 400 <= http_status < 500 else grpc.StatusCode.INTERNAL
+
+
+def _aborts_with_status(method: Callable) -> Callable:
+    """Turn an error into the gRPC status matching its HTTP status, with the message REST would give."""
+
+    @functools.wraps(method)
+    async def call(self, request, context):
+        try:
+            return await method(self, request, context)
+        except aio.AbortError:
+            raise
+        except SERVING_ERRORS as error:
+            if error.status_code >= 500:
+                logger.error("%s failed: %s", method.__name__, error)
+            code, message = grpc_status(error.status_code), str(error)
+        except Exception as error:
+            logger.exception("%s failed", method.__name__)
+            code, message = grpc.StatusCode.INTERNAL, internal_error(error)
+        # Aborted after the except block, so that the abort's exception does not carry the error as its context:
+        # gRPC keeps it past the call, and the error's traceback holds the request (up to CHARIOT_MAX_REQUEST_MB).
+        await context.abort(code, message)
+
+    return call
+
+
+class ChariotInferenceServicer(GRPCInferenceServiceServicer):
+    """Every call answers with a status code a client can act on (MLServer leaves some errors UNKNOWN), and
+    inference returns each image's results as one JSON-encoded BYTES element."""
+
+    def __init__(self, data_plane: ChariotDataPlane, model_repository_handlers: ChariotRepositoryHandlers):
+        super().__init__()
+        self._data_plane = data_plane
+        self._pipeline = data_plane.pipeline
+        self._model_repository_handlers = model_repository_handlers
+
+    @_aborts_with_status
+    async def ServerLive(self, request, context) -> pb.ServerLiveResponse:
+        return pb.ServerLiveResponse(live=await self._data_plane.live())
+
+    @_aborts_with_status
+    async def ServerReady(self, request, context) -> pb.ServerReadyResponse:
+        return pb.ServerReadyResponse(ready=await self._data_plane.ready())
+
+    @_aborts_with_status
+    async def ModelReady(self, request, context) -> pb.ModelReadyResponse:
+        return pb.ModelReadyResponse(ready=await self._data_plane.model_ready(request.name, request.version))
+
+    @_aborts_with_status
+    async def ServerMetadata(self, request, context) -> pb.ServerMetadataResponse:
+        return ServerMetadataResponseConverter.from_types(await self._data_plane.metadata())
+
+    @_aborts_with_status
+    async def ModelMetadata(self, request, context) -> pb.ModelMetadataResponse:
+        metadata = await self._data_plane.model_metadata(request.name, request.version)
+        return ModelMetadataResponseConverter.from_types(metadata)
+
+    @_aborts_with_status
+    async def ModelInfer(self, request: pb.ModelInferRequest, context) -> pb.ModelInferResponse:
+        started, status = time.perf_counter(), 500
+        name = request.model_name
+        with request_entry() as entry:
+            try:
+                headers = to_headers(context)
+                parsed = await off_loop_if_large(v2_grpc.parse, request)
+                answer = await self._pipeline.answer(parsed, headers, name, request.model_version or None)
+                response = v2_grpc.render(answer, raw=bool(request.raw_input_contents))
+                status = 200
+            except SERVING_ERRORS as error:
+                status = error.status_code
+                raise
+            finally:
+                # One log line per inference, as REST writes; gRPC has no path, and the status is REST's for it.
+                log_request(
+                    protocol="grpc",
+                    method="ModelInfer",
+                    path=f"/v2/models/{name}/infer",
+                    status=status,
+                    started=started,
+                    request_id=entry.get("request_id"),
+                    model=name,
+                )
+        if answer.headers:  # the request id, as REST sends it in its response headers
+            context.set_trailing_metadata(to_metadata(answer.headers))
+        return response
+
+    async def ModelStreamInfer(self, requests_stream, context):
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "this engine serves ModelInfer; streaming is not served")
+        yield  # never reached: the yield makes this the async generator a streaming handler must be
+
+    @_aborts_with_status
+    async def RepositoryIndex(self, request, context) -> pb.RepositoryIndexResponse:
+        index = await self._model_repository_handlers.index(RepositoryIndexRequestConverter.to_types(request))
+        # MLServer's converter writes the state as "State.READY"; REST and the protocol say "READY".
+        return pb.RepositoryIndexResponse(
+            models=[
+                pb.RepositoryIndexResponse.ModelIndex(
+                    name=item.name, version=item.version or "", state=item.state.value, reason=item.reason or ""
+                )
+                for item in index.root
+            ]
+        )
+
+    @_aborts_with_status
+    async def RepositoryModelLoad(self, request, context) -> pb.RepositoryModelLoadResponse:
+        await self._model_repository_handlers.load(request.model_name)
+        return pb.RepositoryModelLoadResponse()
+
+    @_aborts_with_status
+    async def RepositoryModelUnload(self, request, context) -> pb.RepositoryModelUnloadResponse:
+        await self._model_repository_handlers.unload(request.model_name)
+        return pb.RepositoryModelUnloadResponse()

@@ -1,0 +1,63 @@
+"""The contract between an engine author's model and the engine: subclass ChariotModel, fill in load and predict."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+
+from chariot_support.model.image import Image
+from chariot_support.model.tasks import TaskType
+
+
+class ChariotModel:
+    """An engine's model. The engine creates it once, calls `load` once, then `predict` per request.
+
+    Required: `task_type` (which Chariot result format predict returns), `load` and `predict`.
+    Optional: `thread_safe = True` when predict may run for several requests at once (most frameworks allow it;
+    otherwise the engine calls each copy of the model one request at a time), `copies` for a model that is not
+    thread-safe, and `explain`. Set by the engine: `threads`, read it in `load`.
+    """
+
+    task_type: ClassVar[TaskType]
+    thread_safe: ClassVar[bool] = False
+    # For a model that is not thread-safe: how many independent copies to load, each running one predict at a
+    # time, so that requests use several cores (CHARIOT_MODEL_COPIES overrides it; "threads" means one per
+    # worker thread). Each copy costs the model's memory again.
+    copies: ClassVar[int] = 1
+    # Set by the engine before load: how many threads one predict may use without oversubscribing the cores the
+    # engine's other predicts run on. Give it to ONNX Runtime (SessionOptions.intra_op_num_threads) or torch
+    # (torch.set_num_threads) in load.
+    threads: int = 1
+
+    def load(self, model_dir: Path) -> None:
+        """Load weights and settings from `model_dir` (Chariot unpacks the model's files there)."""
+
+    def predict(self, images: Sequence[Image], tensors: Mapping[str, np.ndarray]) -> list[list]:
+        """Return one list of results per image, in order.
+
+        Each `Image` has `pixels` (RGB uint8, H x W x 3), `name`, `action`, `score_threshold`, `prompts` and
+        the merged request `parameters`. `tensors` holds the request's non-image inputs by name, decoded to
+        their datatype and shape. The engine applies `score_threshold` and the classification `action` to what
+        you return, so return every result you have with its score. With batching across requests on
+        (CHARIOT_MAX_BATCH_SIZE), `images` may come from several requests: read each image's settings from it.
+        """
+        raise NotImplementedError(f"{type(self).__name__}.predict is not written yet")
+
+    def explain(
+        self, images: Sequence[Image], tensors: Mapping[str, np.ndarray], results: Sequence[Sequence[Any]]
+    ) -> list[dict]:
+        """Optional: return one JSON object per image explaining `results`, what the engine answers for it.
+
+        `results` holds, per image, the results the engine kept from predict (after `score_threshold` and
+        `action`), in the order it answers them, so an explanation can refer to them by position; for example
+        `{"importance_scores": [one number per result]}`. The legacy `:explain` route calls it; an engine whose
+        model leaves it out answers that route with 501.
+        """
+        raise NotImplementedError(f"{type(self).__name__}.explain is not written")
+
+
+def has_explain(model_class: type[ChariotModel]) -> bool:
+    return model_class.explain is not ChariotModel.explain

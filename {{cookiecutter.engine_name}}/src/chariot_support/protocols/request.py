@@ -1,0 +1,100 @@
+"""What crosses the pipeline: every protocol reads its requests into a `Request` (images as `ImageInput`s, numeric
+tensors) and renders the `Answer` the pipeline gives back.
+
+transport       protocol (parse)                 pipeline                        protocol (render)
+rest/front  --> protocols/v2_rest, chariot_v2, --> serving/pipeline.Pipeline --> the same module's render
+grpc/service    legacy, v2_grpc                    (serving/runtime in the model's process)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Place:
+    """How messages name an image input that is not a V2 tensor to its sender (chariot-v2's body or JSONL lines):
+    the input itself, the image within it, and where its own settings came from."""
+
+    input: str
+    data: str = "data[0]"
+    parameters: str = "parameters"
+    apart: bool = False  # its settings came apart from it (a header): messages about them name that place first
+
+
+@dataclass(frozen=True)
+class ImageInput:
+    """One image input as sent, before its pixels are decoded."""
+
+    name: str
+    encoded: bytes
+    action: str
+    score_threshold: float | None
+    prompts: tuple[str, ...]
+    parameters: Mapping[str, Any]
+    metadata: str | None
+    where: str = ""  # the input as messages name it, e.g. "input 'image-0'"
+    item: str = ""  # the image within it, e.g. "input 'image-0': data[0]"
+
+    def __post_init__(self) -> None:
+        if not self.where:
+            object.__setattr__(self, "where", f"input '{self.name}'")
+        if not self.item:
+            object.__setattr__(self, "item", f"{self.where}: data[0]")
+
+
+@dataclass(frozen=True)
+class ParsedRequest:
+    images: tuple[ImageInput, ...]
+    tensors: Mapping[str, np.ndarray]
+    metadata: str | None
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """One input of a V2 inference request, as the engine's other protocols build it (the V2 routes hand over the
+    server's own request object, which has the same fields)."""
+
+    name: str
+    data: list
+    shape: list[int] = field(default_factory=lambda: [1])
+    datatype: str = "BYTES"
+    parameters: Mapping[str, Any] | None = None
+    place: Place | None = None  # how messages name it, where the sender does not know it as a tensor
+
+
+@dataclass(frozen=True)
+class Request:
+    """A V2 inference request: its inputs and request-wide parameters."""
+
+    inputs: list[Tensor]
+    parameters: Mapping[str, Any] | None = None
+    id: str | None = None
+
+
+@dataclass(frozen=True)
+class Answered:
+    """What the runtime answers for one request: each image's name, results (as JSON text) and metadata as sent,
+    the request's metadata, and the model's explanations when they were asked for. Crosses to parallel workers."""
+
+    names: tuple[str, ...]
+    results: tuple[bytes, ...]
+    image_metadata: tuple[str | None, ...]
+    metadata: str | None = None
+    explanations: tuple[dict, ...] | None = None
+
+
+@dataclass(frozen=True)
+class Answer:
+    """An answered request as every protocol renders it: the runtime's answer, the request id, the model as the
+    client named it, and the headers every inference response carries (CloudEvents)."""
+
+    answered: Answered
+    request_id: str
+    model_name: str
+    model_version: str | None
+    headers: dict[str, str]

@@ -1,0 +1,273 @@
+"""The one REST transport for inference: every inference POST (V2, the root /infer, KServe V1 and TensorFlow
+Serving's `:predict`) is read, answered and written here, in front of MLServer's REST app, which keeps every other
+route.
+
+For each request the front owns what belongs to the connection: the framing check, the body limit and the process's
+body budget (counted before the bytes are buffered), chariot-v2 JSONL's line limit (counted while the body arrives),
+the body-shape guard, `{"error"}` bodies cut to length, the request log line and MLServer's HTTP metrics. It then
+hands the body to the route's protocol (v2.py, chariot_v2.py, legacy.py), which reads it into the one request type,
+asks the pipeline (pipeline.py) for the answer, and renders it. CORS and gzip, when MLServer's settings turn them on,
+wrap the front's answers with the same Starlette middlewares MLServer puts in its app.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import time
+from collections.abc import Callable
+from typing import Any
+
+from starlette.middleware.cors import CORSMiddleware
+from starlette.middleware.gzip import GZipMiddleware
+
+from chariot_support.errors import ChariotError, internal_error
+from chariot_support.protocols import chariot_v2, legacy
+from chariot_support.protocols import v2_rest as v2
+from chariot_support.rest.middleware import BOTH_FRAMINGS, body_too_large, send_error, shape_problem, short_error
+from chariot_support.seams.mlserver import SERVING_ERRORS, HTTPMetrics
+from chariot_support.seams.uvicorn import ANSWERED
+from chariot_support.serving.admission import LARGE_BODY, body_budget
+from chariot_support.serving.logs import REQUEST_ID_HEADERS, header_request_id, log_request, request_entry
+
+logger = logging.getLogger("chariot_support")
+
+# Each inference route once: its path, and the route template MLServer's HTTP metrics label it with.
+V2_PATH = re.compile(r"/v2/models/(?P<name>[^/]+)(?P<versioned>/versions/(?P<version>[^/]+))?/infer(?P<slash>/?)")
+ROOT_PATH = re.compile(r"/infer")
+V1_PATH = re.compile(r"/v1/models/(?P<path>.+)")
+_WANTED = {
+    b"content-length",
+    b"transfer-encoding",
+    b"content-type",
+    chariot_v2.PARAMETERS_HEADER.encode(),
+    *(name.encode() for name in REQUEST_ID_HEADERS),
+}
+
+
+def route_of(path: str) -> tuple[str, re.Match] | None:
+    """Which inference route a POST to `path` is ("v2", "root", "v1"), with its match; None for any other path."""
+    for kind, pattern in (("v2", V2_PATH), ("root", ROOT_PATH), ("v1", V1_PATH)):
+        match = pattern.fullmatch(path)
+        if match is not None:
+            return kind, match
+    return None
+
+
+def route_template(kind: str, match: re.Match) -> str:
+    """The route template MLServer's metrics label a request with, as its router would have matched it."""
+    if kind == "root":
+        return "/infer"
+    if kind == "v1":
+        return "/v1/models/{path:path}"
+    version = "/versions/{model_version}" if match["versioned"] else ""
+    return f"/v2/models/{{model_name}}{version}/infer{match['slash']}"
+
+
+class InferenceFront:
+    """ASGI middleware, outermost: answers inference POSTs itself, and passes everything else to `app`."""
+
+    def __init__(
+        self,
+        app,
+        *,
+        pipeline,
+        settings,
+        max_bytes: int,
+        max_elements: int,
+        max_depth: int,
+        max_error_chars: int,
+        max_inputs: int,
+    ):
+        self.app = app
+        self.pipeline = pipeline
+        self.max_bytes = max_bytes
+        self.max_elements = max_elements
+        self.max_depth = max_depth
+        self.max_error_chars = max_error_chars
+        self.max_inputs = max_inputs
+        self.protocol = chariot_v2.protocol_from_env()
+        self.metrics = HTTPMetrics.find(app)
+        self.answer_http = _with_cors_and_gzip(self._inference, settings)
+        self.refuse_http = _with_cors_and_gzip(self._not_allowed, settings)
+        self._protocols: dict[str, Callable] = {"v2": self._v2, "root": self._root, "v1": self._v1}
+
+    async def __call__(self, scope, receive, send):
+        route = route_of(scope["path"]) if scope["type"] == "http" else None
+        if route is None:
+            return await self.app(scope, receive, send)
+        scope["chariot.route"] = route
+        if scope["method"] == "POST":
+            return await self.answer_http(scope, receive, send)
+        if route[0] == "v1":  # /v1/models/... also has the app's GET routes (status, metadata)
+            return await self.app(scope, receive, send)
+        await self.refuse_http(scope, receive, send)  # CORS answers a browser's preflight before this is called
+
+    async def _not_allowed(self, scope, receive, send):
+        started, method = time.perf_counter(), scope["method"]
+        status = await self._error(send, 405, f"{method} is not allowed on {scope['path']}: send a POST")
+        log_request(
+            protocol="rest",
+            method=method,
+            path=scope["path"],
+            status=status,
+            started=started,
+            request_id=None,
+            model=self.pipeline.model_name,
+        )
+
+    async def _inference(self, scope, receive, send):
+        """One inference request, answered, logged and counted."""
+        kind, match = scope["chariot.route"]
+        started = time.perf_counter()
+        raw = {k: v for k, v in scope["headers"] if k in _WANTED}
+        headers = {k.decode(): v.decode("latin-1") for k, v in raw.items()}
+        status = 500
+        if self.metrics is not None:
+            self.metrics.started("POST")
+        with request_entry() as entry:
+            try:
+                status = await self._serve(scope, receive, send, kind, match, raw, headers)
+            finally:
+                model = match["name"] if kind == "v2" else self.pipeline.model_name
+                log_request(
+                    protocol="rest",
+                    method="POST",
+                    path=scope["path"],
+                    status=status,
+                    started=started,
+                    request_id=entry.get("request_id") or header_request_id(headers),
+                    model=model,
+                )
+                if self.metrics is not None:
+                    self.metrics.finished("POST", route_template(kind, match), status, time.perf_counter() - started)
+
+    async def _serve(self, scope, receive, send, kind: str, match: re.Match, raw: dict, headers: dict[str, str]) -> int:
+        """Read the body within its limits, answer it, and send the answer: the status sent (499 when the client
+        left first, or what the connection answered when it cut a slow client)."""
+        if b"content-length" in raw and b"transfer-encoding" in raw:
+            return await self._error(send, 400, BOTH_FRAMINGS, close=True)
+        declared = raw.get(b"content-length", b"")
+        size = int(declared) if declared.isdigit() else None
+        if size is not None and size > self.max_bytes:
+            return await self._error(send, 413, body_too_large(f"{size:,} bytes", self.max_bytes))
+        budget = body_budget()
+        held = received = 0
+        try:
+            if size:
+                await budget.reserve(size)
+                held = size
+            lines = None
+            if kind == "root" and chariot_v2.media_type(headers.get("content-type")) in chariot_v2.JSONL_TYPES:
+                lines = chariot_v2.LineCounter(self.max_inputs)
+            chunks = []
+            while True:
+                message = await receive()
+                if message["type"] != "http.request":
+                    return scope.get(ANSWERED, 499)  # the client left, or was cut for its slowness
+                chunk = message.get("body", b"")
+                if chunk:
+                    received += len(chunk)
+                    if received > self.max_bytes:
+                        too_large = body_too_large(f"over {self.max_bytes:,} bytes", self.max_bytes)
+                        return await self._error(send, 413, too_large)
+                    if received > held:
+                        budget.grow(received - held)
+                        held = received
+                    if lines is not None:
+                        lines.add(chunk)
+                    chunks.append(chunk)
+                if not message.get("more_body"):
+                    break
+            body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+            del chunks
+            problem = await shape_problem(body, max_elements=self.max_elements, max_depth=self.max_depth)
+            if problem is not None:
+                return await self._error(send, *problem)
+            content, media_type, extra = await self._protocols[kind](body, match, headers)
+        except SERVING_ERRORS as error:
+            # Refused before the whole body arrived, the rest is read and dropped by the HTTP protocol, not kept.
+            return await self._error(send, error.status_code, str(error))
+        except Exception as error:
+            logger.error("unhandled error on POST %s", match.string, exc_info=error)
+            return await self._error(send, 500, internal_error(error))
+        finally:
+            if held:
+                budget.release(held)
+        response_headers = [(b"content-type", media_type.encode()), (b"content-length", b"%d" % len(content))]
+        response_headers += [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in extra.items()]
+        await send({"type": "http.response.start", "status": 200, "headers": response_headers})
+        await send({"type": "http.response.body", "body": content})
+        return 200
+
+    async def _v2(self, body: bytes, match: re.Match, headers: dict[str, str]) -> tuple[bytes, str, dict]:
+        return await self._answer_v2(body, None, headers, match["name"], match["version"])
+
+    async def _answer_v2(
+        self, body: bytes, decoded: Any, headers: dict[str, str], name: str | None, version: str | None
+    ) -> tuple[bytes, str, dict]:
+        """A V2 JSON body (`decoded`, when it is already read) answered; a large one is read off the loop."""
+
+        def read() -> Any:
+            return v2.parse(v2.read_json(body) if decoded is None else decoded)
+
+        request = await asyncio.to_thread(read) if len(body) > LARGE_BODY else read()
+        answer = await self.pipeline.answer(request, headers, name, version)
+        return v2.render(answer), "application/json", answer.headers
+
+    async def _root(self, body: bytes, match: re.Match, headers: dict[str, str]) -> tuple[bytes, str, dict]:
+        """The root /infer: chariot-v2-kserve or chariot-v2, as CHARIOT_INFERENCE_PROTOCOL pins it or the request
+        shows it."""
+        content_type = headers.get("content-type")
+        parameters = headers.get(chariot_v2.PARAMETERS_HEADER)
+
+        def read() -> tuple[Any, chariot_v2.ChariotV2Request | None]:
+            chosen, decoded = chariot_v2.choose(self.protocol, content_type, body)
+            if chosen is chariot_v2.Protocol.KSERVE:
+                return decoded, None
+            return decoded, chariot_v2.parse(body, content_type, parameters, self.max_inputs, decoded=decoded)
+
+        decoded, sent = await asyncio.to_thread(read) if len(body) > LARGE_BODY else read()
+        if sent is None:  # chariot-v2-kserve: a V2 body
+            return await self._answer_v2(body, decoded, headers, None, None)
+        answer = await self.pipeline.answer(sent.request, headers)
+        content, media_type = chariot_v2.render(list(answer.answered.results), sent.form)
+        return content, media_type, {"x-request-id": answer.request_id}
+
+    async def _v1(self, body: bytes, match: re.Match, headers: dict[str, str]) -> tuple[bytes, str, dict]:
+        """KServe V1 and TensorFlow Serving: `/v1/models/<name>[/versions/<v>]:<verb>`."""
+        path = match["path"]
+        verb = legacy.VERB_PATH.fullmatch(path)
+        if verb is None or verb["verb"] not in legacy.VERBS:
+            known = ", ".join(f":{v}" for v in legacy.VERBS)
+            raise ChariotError(f"no route for POST /v1/models/{path}; the verbs are {known}", 404)
+        name = verb["verb"]
+        legacy.check_verb(name, await self.pipeline.model_class(verb["name"]))
+        read = legacy.read_classify if name == "classify" else legacy.read_predict
+        # Reading a body of pixel lists takes long enough to hold up health checks: off the loop.
+        request = await asyncio.to_thread(lambda: read(legacy.read_body(body)))
+        answer = await self.pipeline.answer(request, headers, verb["name"], verb["version"], explain=name == "explain")
+        return legacy.render(name, answer), "application/json", {}
+
+    async def _error(self, send, status: int, message: str, *, close: bool = False) -> int:
+        return await send_error(send, status, short_error(message, self.max_error_chars), close=close)
+
+
+def _with_cors_and_gzip(answer, settings):
+    """`answer` wrapped in CORS and gzip as MLServer's settings configure its app (MLSERVER_CORS_SETTINGS,
+    MLSERVER_GZIP_ENABLED), so inference answers carry the same headers and encoding as every other route."""
+    if settings.gzip_enabled:
+        answer = GZipMiddleware(answer)
+    cors = settings.cors_settings
+    if cors is not None:
+        answer = CORSMiddleware(
+            answer,
+            allow_origins=cors.allow_origins,
+            allow_origin_regex=cors.allow_origin_regex,
+            allow_credentials=cors.allow_credentials,
+            allow_methods=cors.allow_methods,
+            allow_headers=cors.allow_headers,
+            max_age=cors.max_age,
+        )
+    return answer

@@ -1,0 +1,148 @@
+"""The REST routes Chariot calls beside MLServer's V2 routes, and `{"error"}` bodies for every error."""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from mlserver.settings import Settings
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from chariot_support.errors import ChariotError, DoesNotStream, internal_error
+from chariot_support.rest.front import InferenceFront
+from chariot_support.rest.middleware import MAX_CONTROL_BODY, BodyLimit, BodyShape, Framing, JSONBodies, ShortErrors
+from chariot_support.serving.data_plane import ChariotDataPlane
+from chariot_support.serving.logs import install_request_log
+from chariot_support.serving.runtime import engine_limits
+from chariot_support.settings import config
+
+logger = logging.getLogger("chariot_support")
+
+NOT_READY = (
+    "the model is not ready: it is still loading, or stuck in a predict that overran CHARIOT_PREDICT_TIMEOUT;"
+    " retry later"
+)
+
+
+def _error(status_code: int, message: str) -> JSONResponse:
+    return JSONResponse(status_code=status_code, content={"error": message})
+
+
+def _validation_message(exc: RequestValidationError, path: str) -> str:
+    first = exc.errors()[0]
+    loc = [p for p in first.get("loc", ()) if p != "body"]
+    if first.get("type") == "json_invalid":
+        return f"the request body is not valid JSON: {first.get('ctx', {}).get('error', first['msg'])}"
+    if not loc:
+        wanted = "a JSON object with an 'inputs' list" if path.rstrip("/").endswith("infer") else "a JSON object"
+        return f"the request body must be {wanted} ({first['msg']})"
+    path = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc).lstrip(".")
+    return f"{path}: {first['msg']}"
+
+
+def install_chariot_routes(
+    app: FastAPI, data_plane: ChariotDataPlane, settings: Settings, max_request_bytes: int
+) -> None:
+    """Put the inference front (front.py) before MLServer's REST app, which keeps every other route; add the paths
+    Chariot calls beside MLServer's, and make every error body `{"error": ...}`."""
+    # Chariot's URLs end in a slash; MLServer would 307-redirect them to an absolute URL that is wrong behind
+    # Chariot's gateway.
+    app.router.redirect_slashes = False
+    # Inference is the front's alone: MLServer's own inference routes go, so that no request can reach the model
+    # another way.
+    app.router.routes[:] = [r for r in app.router.routes if not _infers(r)]
+
+    # Not ready is the engine's state, not the client's mistake: a 503 (with Retry-After, from Framing), on every
+    # readiness route.
+    async def ready() -> JSONResponse:
+        if await data_plane.ready():
+            return JSONResponse({"status": "ready"})
+        return _error(503, NOT_READY)
+
+    # KServe's clients read the health answers' bodies; MLServer's are empty.
+    async def health_live() -> JSONResponse:
+        live = await data_plane.live()
+        return JSONResponse({"live": live}, status_code=200 if live else 400)
+
+    async def health_ready() -> JSONResponse:
+        if await data_plane.ready():
+            return JSONResponse({"ready": True})
+        return JSONResponse({"ready": False, "error": NOT_READY}, status_code=503)
+
+    async def model_ready(model_name: str, model_version: str | None = None) -> Response:
+        if await data_plane.model_ready(model_name, model_version):
+            return Response(status_code=200)
+        return _error(503, NOT_READY)
+
+    async def infer_stream(model_name: str, model_version: str | None = None) -> JSONResponse:
+        # MLServer would answer 200 and then fail inside the stream; the engine says so before anything is sent.
+        with data_plane.named(model_name, model_version) as resolved:
+            await data_plane.model_registry.get_model(resolved, model_version)
+        raise DoesNotStream()
+
+    model_ready_paths = ("/v2/models/{model_name}/ready", "/v2/models/{model_name}/versions/{model_version}/ready")
+    replaced = ("/v2/health/live", "/v2/health/ready", *model_ready_paths)
+    app.router.routes[:] = [
+        r
+        for r in app.router.routes
+        if getattr(r, "path", None) not in replaced and not getattr(r, "path", "").endswith("/infer_stream")
+    ]
+    for path in (
+        "/v2/models/{model_name}/infer_stream",
+        "/v2/models/{model_name}/versions/{model_version}/infer_stream",
+    ):
+        app.add_api_route(path, infer_stream, methods=["POST"])
+    app.add_api_route("/v2/health/live", health_live, methods=["GET"])
+    app.add_api_route("/v2/health/ready", health_ready, methods=["GET"])
+    for path in model_ready_paths:
+        app.add_api_route(path, model_ready, methods=["GET"])
+    app.add_api_route("/ready", ready, methods=["GET"])
+
+    limits = engine_limits()
+
+    async def on_engine_error(request: Request, exc: ChariotError) -> JSONResponse:
+        return _error(exc.status_code, str(exc))
+
+    async def on_validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+        return _error(400, _validation_message(exc, request.url.path))
+
+    async def on_http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if exc.status_code == 404:
+            return _error(404, f"no route for {request.method} {request.url.path}")
+        if exc.status_code == 405:
+            return _error(405, f"{request.method} is not allowed on {request.url.path}")
+        return _error(exc.status_code, str(exc.detail))
+
+    async def on_unhandled(request: Request, exc: Exception) -> JSONResponse:
+        logger.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
+        return _error(500, internal_error(exc))
+
+    app.add_middleware(BodyShape, max_elements=limits.max_elements, max_depth=config().max_json_depth)
+    app.add_middleware(JSONBodies)
+    app.add_middleware(BodyLimit, max_bytes=MAX_CONTROL_BODY)
+    app.add_middleware(ShortErrors, max_chars=config().max_error_chars)
+    app.add_middleware(Framing)
+    install_request_log(app, data_plane.model_name)
+    # Outermost of the engine's middlewares: the one REST transport for inference (front.py).
+    app.add_middleware(
+        InferenceFront,
+        pipeline=data_plane.pipeline,
+        settings=settings,
+        max_bytes=max_request_bytes,
+        max_elements=limits.max_elements,
+        max_depth=config().max_json_depth,
+        max_error_chars=config().max_error_chars,
+        max_inputs=limits.max_inputs,
+    )
+    app.add_exception_handler(ChariotError, on_engine_error)
+    app.add_exception_handler(RequestValidationError, on_validation_error)
+    app.add_exception_handler(StarletteHTTPException, on_http_error)
+    app.add_exception_handler(Exception, on_unhandled)
+
+
+def _infers(route) -> bool:
+    """Whether `route` of MLServer's app answers inference (the front answers all of it)."""
+    path, methods = getattr(route, "path", ""), getattr(route, "methods", None) or ()
+    return "POST" in methods and (path.endswith(("/infer", "/infer/")) or path.startswith("/v1/models/"))

@@ -1,0 +1,251 @@
+"""What a request may hold while it is served: its body and the decoded pixels of its images against process-wide
+memory budgets, and the threads that predicts past CHARIOT_PREDICT_TIMEOUT keep. Both are read once from the environment."""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import ctypes.util
+import functools
+import gc
+import logging
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+
+from chariot_support.errors import ChariotError
+from chariot_support.protocols.images import image_header
+from chariot_support.protocols.limits import Limits
+from chariot_support.protocols.request import ImageInput
+from chariot_support.settings import EngineSettings, config
+
+logger = logging.getLogger("chariot_support")
+
+BYTES_PER_PIXEL = 3  # decoded images are RGB uint8
+# A body (or gRPC message) this large is parsed off the event loop: copying 60 MiB of protobuf held the loop, and
+# every health check waiting on it, for about 40 ms a copy.
+LARGE_BODY = 1 << 20
+
+
+class TooLarge(ChariotError):
+    """The request can never be served under this engine's settings (413)."""
+
+    status_code_default = 413
+
+
+class Overloaded(ChariotError):
+    """The engine has no room for the request now; it may have later (503, with Retry-After)."""
+
+    status_code_default = 503
+
+
+class MemoryBudget:
+    """Admits requests while the decoded pixels of those in flight fit the budget; the rest wait briefly, then get
+    a 503. A request that could never fit is a 413 that names the setting to raise."""
+
+    def __init__(self, settings: EngineSettings, limits: Limits):
+        self._settings = settings
+        self._limits = limits
+        self._capacity = settings.decode_budget_mb << 20
+        self._used = 0
+        self._room = threading.Condition()
+
+    def cost(self, images: Sequence[ImageInput]) -> int:
+        """What decoding `images` holds at its peak, read from their headers alone: their pixels, and a second copy
+        of the largest, which OpenCV decodes into a buffer of its own and then copies out. A 413 when they can
+        never be served."""
+        pixels = largest = 0
+        for image in images:
+            width, height, _ = image_header(image.encoded, image.where, self._limits, image.item)
+            pixels += width * height
+            largest = max(largest, width * height)
+        if pixels > self._settings.max_request_pixels:
+            raise TooLarge(
+                f"the request's images hold {pixels:,} pixels, more than this engine decodes for one request"
+                f" ({self._settings.max_request_pixels:,}, CHARIOT_MAX_REQUEST_PIXELS): send fewer or smaller images"
+            )
+        cost = (pixels + largest) * BYTES_PER_PIXEL
+        if cost > self._capacity:
+            raise TooLarge(
+                f"the request's images decode to {cost >> 20:,} MiB, more than this engine's decode budget"
+                f" ({self._settings.decode_budget_mb:,} MiB, CHARIOT_DECODE_BUDGET_MB): send fewer or smaller images"
+            )
+        return cost
+
+    @contextmanager
+    def admit(self, images: Sequence[ImageInput], deadline: float) -> Iterator[None]:
+        """Hold room for the decoded `images` while the block runs; wait at most CHARIOT_ADMISSION_WAIT for it."""
+        cost = self.cost(images)
+        until = min(time.monotonic() + self._settings.admission_wait, deadline)
+        with self._room:
+            while self._used + cost > self._capacity:
+                left = until - time.monotonic()
+                if left <= 0:
+                    logger.warning("refused a request of %d MiB decoded: the decode budget is full", cost >> 20)
+                    raise Overloaded(
+                        f"the engine is decoding as many images as its memory budget allows"
+                        f" ({self._settings.decode_budget_mb:,} MiB, CHARIOT_DECODE_BUDGET_MB); retry shortly"
+                    )
+                self._room.wait(left)
+            self._used += cost
+        try:
+            yield
+        finally:
+            with self._room:
+                self._used -= cost
+                self._room.notify_all()
+
+
+class StuckThreads:
+    """Counts the threads written off to predicts that overran their timeout. Below the cap each is replaced; at
+    the cap the engine stops taking requests (not ready, 503) until one returns, so threads stay bounded."""
+
+    def __init__(self, cap: int):
+        self.cap = cap
+        self._count = 0
+        self._owed = 0  # written-off threads not replaced, because the cap was reached
+        self._lock = threading.Lock()
+
+    @property
+    def full(self) -> bool:
+        return self._count >= self.cap
+
+    def written_off(self) -> bool:
+        """Count one more stuck thread; whether a replacement may start."""
+        with self._lock:
+            self._count += 1
+            if self._count <= self.cap:
+                return True
+            self._owed += 1
+            return False
+
+    def returned(self) -> bool:
+        """A stuck thread's predict returned; whether that thread should stay on as a worker in place of one
+        that was never replaced."""
+        with self._lock:
+            self._count -= 1
+            if self._owed:
+                self._owed -= 1
+                return True
+            return False
+
+
+class BodyBudget:
+    """Request bodies in flight, REST and gRPC together, against one process-wide budget (CHARIOT_BODY_BUDGET_MB).
+
+    A body is counted before its bytes are buffered: by its declared length when it has one, else chunk by chunk as
+    it arrives. A request that does not fit waits up to CHARIOT_ADMISSION_WAIT for room, then gets a 503, so a few
+    clients holding large bodies open cannot make the process hold more than the budget. Event-loop only."""
+
+    def __init__(self, capacity_bytes: int, wait_seconds: float):
+        self.capacity = capacity_bytes
+        self.used = 0
+        self._released = 0  # bytes of bodies let go since memory was last reclaimed
+        self._wait = wait_seconds
+        self._room: asyncio.Condition | None = None
+
+    def _full(self, size: int) -> Overloaded:
+        logger.warning("refused a request body of %d KiB: the body budget is full", size >> 10)
+        return Overloaded(self.full_message())
+
+    def full_message(self) -> str:
+        return (
+            f"the engine holds as many request bodies as its memory budget allows ({self.capacity >> 20:,} MiB,"
+            " CHARIOT_BODY_BUDGET_MB); retry shortly"
+        )
+
+    async def reserve(self, size: int) -> None:
+        """Count `size` more bytes, waiting briefly for room; Overloaded (503) when there is none."""
+        if self.used + size <= self.capacity:
+            self.used += size
+            return
+        if self._room is None:
+            self._room = asyncio.Condition()
+        try:
+            async with self._room:
+                await asyncio.wait_for(
+                    self._room.wait_for(lambda: self.used + size <= self.capacity), self._wait or 1e-9
+                )
+                self.used += size
+        except TimeoutError:
+            raise self._full(size) from None
+
+    def let_go(self, size: int) -> None:
+        """`size` bytes of a body or message have been dropped (counted in the budget or not): once enough have,
+        memory is reclaimed."""
+        self._released += size
+        if self._released >= RECLAIM_AFTER_BYTES:
+            self._released = 0
+            _reclaim_soon()
+
+    def grow(self, size: int) -> None:
+        """Count `size` more bytes of a body already admitted, without waiting: Overloaded when there is no room."""
+        if self.used + size > self.capacity:
+            raise self._full(size)
+        self.used += size
+
+    def release(self, size: int) -> None:
+        self.used -= size
+        self.let_go(size)
+        if self._room is not None:
+            room = self._room
+
+            async def wake() -> None:
+                async with room:
+                    room.notify_all()
+
+            asyncio.get_running_loop().create_task(wake())
+
+
+# Bodies leave their copies (message, parsed request, decoded inputs) behind in reference cycles that Python's
+# collector, which counts objects rather than bytes, may not visit for many requests; and glibc keeps freed heap
+# pages. Ten 60 MiB gRPC calls left 3.4 GB held after they were answered. Once this many bytes of bodies have been
+# let go, memory is reclaimed: a collection and a trim cost about 25 ms of the event loop.
+RECLAIM_AFTER_BYTES = 64 << 20
+RECLAIM_DELAY = 0.5  # seconds: one reclaim after a burst of large requests, once their answers are sent
+
+
+def reclaim_memory() -> None:
+    """Collect reference cycles and hand freed heap pages back to the system (glibc's malloc_trim)."""
+    gc.collect()
+    trim_heap()
+
+
+def trim_heap() -> None:
+    """glibc's malloc_trim: ctypes lets go of the GIL while it runs, so a thread can do it while others serve."""
+    if _LIBC is not None:
+        _LIBC.malloc_trim(0)
+
+
+def _load_libc():
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+    except OSError:
+        return None
+    return libc if hasattr(libc, "malloc_trim") else None  # musl and macOS have none
+
+
+_LIBC = _load_libc()
+_reclaiming: list[asyncio.TimerHandle] = []
+
+
+def _reclaim_soon() -> None:
+    if _reclaiming:
+        return
+    loop = asyncio.get_running_loop()
+
+    def run() -> None:
+        _reclaiming.clear()
+        gc.collect()
+        # Handing pages back can take longer than a collection; off the event loop, health checks answer meanwhile.
+        loop.run_in_executor(None, trim_heap)
+
+    _reclaiming.append(loop.call_later(RECLAIM_DELAY, run))
+
+
+@functools.cache
+def body_budget() -> BodyBudget:
+    """The process's one body budget, made on first use in the serving process."""
+    chosen = config()
+    return BodyBudget(chosen.body_budget_mb << 20, chosen.admission_wait)

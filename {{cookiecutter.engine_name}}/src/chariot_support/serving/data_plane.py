@@ -1,0 +1,154 @@
+"""The engine's data plane over MLServer's: the model named as Chariot names it, readiness that means loaded,
+inference through the one pipeline, and the model repository of the one model an engine serves."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from mlserver.errors import ModelNotFound
+from mlserver.handlers import DataPlane, ModelRepositoryHandlers
+from mlserver.repository import ModelRepository
+from mlserver.settings import ModelSettings
+from mlserver.types import (
+    InferenceRequest,
+    InferenceResponse,
+    MetadataModelResponse,
+    MetadataServerResponse,
+    RepositoryIndexRequest,
+    RepositoryIndexResponse,
+)
+
+from chariot_support import model_id as model_id_rule
+from chariot_support.errors import ChariotError, DoesNotStream, NotFound
+from chariot_support.protocols import v2_rest as v2
+from chariot_support.seams.mlserver import (
+    SERVING_ERRORS,
+)
+from chariot_support.serving.pipeline import Pipeline
+from chariot_support.settings import config
+
+logger = logging.getLogger("chariot_support")
+
+
+class ChariotDataPlane:
+    """MLServer's data plane with Chariot's model naming, request ids and not-found messages, shared by REST
+    and gRPC."""
+
+    def __init__(self, inner: DataPlane, model_registry: Any, *, model_name: str, pinned: bool):
+        self._inner = inner
+        self.model_registry = model_registry
+        self.model_name = model_name
+        self._pinned = pinned
+        self.workers = None  # the WorkerWatch (workers.py), when the model runs in parallel workers
+        self.pipeline = Pipeline(self, inner)  # every inference request's one way to the model
+
+    async def live(self) -> bool:
+        return await self._inner.live()
+
+    async def metadata(self) -> MetadataServerResponse:
+        return await self._inner.metadata()
+
+    async def infer_stream(self, payload: Any, name: str, version: str | None = None):
+        raise DoesNotStream()
+
+    def resolve(self, name: str) -> str:
+        """Chariot addresses the model as m-<id> with an id chosen at deploy time; any such name reaches the
+        one model this engine serves, unless CHARIOT_MODEL_ID pinned it."""
+        if not self._pinned and name.startswith("m-") and model_id_rule.PATTERN.fullmatch(name[2:]):
+            return self.model_name
+        return name
+
+    @contextmanager
+    def named(self, name: str, version: str | None = None) -> Iterator[str]:
+        """The registry's name for `name`; a model it cannot find becomes a 404 that says what is served."""
+        try:
+            yield self.resolve(name)
+        except ModelNotFound:
+            if self.resolve(name) != self.model_name:
+                lowered = name.lower()
+                if lowered != name and self.resolve(lowered) == self.model_name:
+                    raise NotFound(
+                        f"no model named {name!r}: model ids are lowercase in Chariot's URLs; use {lowered!r}"
+                    ) from None
+                served = self.model_name if self._pinned else f"any m-<id> name (it was started as {self.model_name})"
+                raise NotFound(f"no model named {name!r}: this engine serves {served}") from None
+            if version:
+                raise NotFound(f"model {name!r} has no version {version!r} loaded") from None
+            raise ChariotError(
+                f"model {name!r} is not loaded: load it with POST /v2/repository/models/{name}/load", 404
+            ) from None
+
+    async def infer(self, payload: InferenceRequest, name: str, version: str | None = None) -> InferenceResponse:
+        """MLServer's inference API, answered by the engine's one pipeline like every other request."""
+        headers = (payload.parameters.headers if payload.parameters is not None else None) or {}
+        answer = await self.pipeline.answer(v2.request_from_model(payload), headers, name, version)
+        return InferenceResponse.model_validate_json(v2.render(answer))
+
+    async def ready(self) -> bool:
+        # MLServer calls a server with no models ready; an engine is ready only once its model is loaded.
+        if self.workers is not None and not self.workers.serving():
+            return False
+        try:
+            return await self.model_ready(self.model_name)
+        except SERVING_ERRORS:
+            return False
+
+    async def model_ready(self, name: str, version: str | None = None) -> bool:
+        with self.named(name, version) as resolved:
+            if not await self._inner.model_ready(resolved, version):
+                return False
+            # A model stuck in a predict past CHARIOT_PREDICT_TIMEOUT cannot serve (see ChariotRuntime.stuck). With
+            # parallel workers the runtime lives in another process and only its 503 answers say so.
+            model = await self.model_registry.get_model(resolved, version)
+        return not getattr(model, "stuck", False)
+
+    async def model_metadata(self, name: str, version: str | None = None) -> MetadataModelResponse:
+        with self.named(name, version) as resolved:
+            metadata = await self._inner.model_metadata(resolved, version)
+        return metadata.model_copy(update={"name": name})
+
+
+class EngineRepository(ModelRepository):
+    """The model repository of an engine: the one model it was built to serve, so that repository loads and
+    unloads act on it instead of searching the working directory for model-settings.json files."""
+
+    def __init__(self, model: ModelSettings):
+        self._model = model
+
+    async def list(self) -> list[ModelSettings]:
+        return [self._model]
+
+    async def find(self, name: str) -> list[ModelSettings]:
+        if name != self._model.name:
+            raise ModelNotFound(name)
+        return [self._model]
+
+
+class ChariotRepositoryHandlers:
+    """MLServer's model repository handlers, reached by any of the model's m-<id> names as inference is."""
+
+    def __init__(self, inner: ModelRepositoryHandlers, data_plane: ChariotDataPlane):
+        self._inner = inner
+        self._data_plane = data_plane
+
+    async def index(self, payload: RepositoryIndexRequest) -> RepositoryIndexResponse:
+        return await self._inner.index(payload)
+
+    @staticmethod
+    def _check_open(verb: str) -> None:
+        # Anyone who reaches the port could unload the model; the control plane is opt-in.
+        if not config().repository_api:
+            raise ChariotError(f"repository {verb} is turned off on this engine; set CHARIOT_REPOSITORY_API=1", 403)
+
+    async def load(self, name: str) -> bool:
+        self._check_open("load")
+        with self._data_plane.named(name) as resolved:
+            return await self._inner.load(resolved)
+
+    async def unload(self, name: str) -> bool:
+        self._check_open("unload")
+        with self._data_plane.named(name) as resolved:
+            return await self._inner.unload(resolved)

@@ -1,0 +1,191 @@
+"""The engine's logs as JSON lines on stdout: one line per request (request id, model, status, latency) beside the
+engine's and MLServer's own messages, at the level CHARIOT_LOG_LEVEL names (default INFO)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
+from datetime import UTC, datetime
+from typing import Any
+
+from chariot_support.seams.mlserver import current_model_name
+from chariot_support.settings import config
+
+HANDLER_NAME = "chariot_json_lines"
+requests_logger = logging.getLogger("chariot_support.requests")
+
+# What the request being served has learnt about itself, for its log line; a dict so that code running in a copy
+# of the context (a task group, a middleware's task) still writes to the same place.
+_current: ContextVar[dict | None] = ContextVar("chariot_request", default=None)
+# The most characters of a path or request id a log line carries.
+MAX_LOGGED = 256
+_MODEL_PATH = re.compile(r"^/v2/models/([^/]+)")
+_QUIET_PATHS = re.compile(r"^/(v2/health/(live|ready)|ready|v2/models/[^/]+/ready|v2/models/[^/]+|v2)/?$")
+
+
+class JSONLines(logging.Formatter):
+    """One JSON object per record: time (UTC), level, logger, message, the record's `fields`, and any traceback."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        model = current_model_name()
+        if model:
+            entry["model"] = model
+        entry.update(getattr(record, "fields", {}))
+        if record.exc_info:
+            entry["traceback"] = self.formatException(record.exc_info)
+        return json.dumps(entry, default=str)
+
+
+def log_level() -> int:
+    return logging.getLevelName(config().log_level)
+
+
+def logging_config(*, mlserver_debug: bool = False) -> dict[str, Any]:
+    """The engine's logging, for `logging.config.dictConfig`: its own records, MLServer's and uvicorn's, one JSON
+    object per line on stdout at CHARIOT_LOG_LEVEL (MLServer's at DEBUG when MLSERVER_DEBUG asks for it).
+
+    The engine hands it to MLServer as `logging_settings`, which MLServer applies in each parallel worker and
+    passes to uvicorn as its log configuration: every process of the engine writes the same lines."""
+    level = logging.getLevelName(log_level())
+    own = {"handlers": [HANDLER_NAME], "level": level, "propagate": False}
+    return {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "formatters": {"json_lines": {"()": f"{__name__}.JSONLines"}},
+        "handlers": {
+            HANDLER_NAME: {"class": "logging.StreamHandler", "stream": "ext://sys.stdout", "formatter": "json_lines"}
+        },
+        "loggers": {
+            "chariot_support": own,
+            "mlserver": {**own, "level": "DEBUG" if mlserver_debug else level},
+            "uvicorn": own,
+            "uvicorn.error": {"handlers": [], "level": level, "propagate": True},  # written by "uvicorn"'s handler
+            "uvicorn.access": own,
+        },
+    }
+
+
+def log_request(
+    *, protocol: str, method: str, path: str, status: int, started: float, request_id: str | None, model: str | None
+) -> None:
+    latency_ms = round((time.perf_counter() - started) * 1000, 2)
+    if status >= 500:
+        level = logging.ERROR
+    elif method == "GET" and status < 400 and _QUIET_PATHS.match(path):
+        level = logging.DEBUG  # health probes and metadata arrive every few seconds; they would drown the rest
+    else:
+        level = logging.INFO
+    if not requests_logger.isEnabledFor(level):
+        return
+    # A line stays one short line whatever the client sent.
+    path, request_id, model = _capped(path), _capped(request_id), _capped(model)
+    fields = {
+        "request_id": request_id,
+        "model": model,
+        "protocol": protocol,
+        "method": method,
+        "path": path,
+        "status": status,
+        "latency_ms": latency_ms,
+    }
+    requests_logger.log(level, "%s %s %s %.1f ms", method, path, status, latency_ms, extra={"fields": fields})
+
+
+def _capped(text: str | None) -> str | None:
+    if text is None or len(text) <= MAX_LOGGED:
+        return text
+    return f"{text[:MAX_LOGGED]}... ({len(text) - MAX_LOGGED:,} more characters)"
+
+
+# Where a request's id comes from when its body has none, first match first: the caller's own id, then the base id
+# Chariot builds its inference ids from.
+REQUEST_ID_HEADERS = ("x-request-id", "chariot-inference-base-id")
+
+
+def header_request_id(headers: Mapping[str, str]) -> str | None:
+    """The request id the headers carry (lowercase names, as HTTP/2, gRPC metadata and Starlette give them)."""
+    for name in REQUEST_ID_HEADERS:
+        value = headers.get(name)
+        if value:
+            return value
+    return None
+
+
+@contextmanager
+def request_entry() -> Iterator[dict[str, Any]]:
+    """What the request served in this block learns about itself (its id), for its log line."""
+    entry: dict[str, Any] = {}
+    token = _current.set(entry)
+    try:
+        yield entry
+    finally:
+        _current.reset(token)
+
+
+def note_request_id(request_id: str | None) -> None:
+    """Tell the current request's log line its id, once the engine knows it (from the body, a header, or new)."""
+    entry = _current.get()
+    if entry is not None and request_id:
+        entry.setdefault("request_id", request_id)
+
+
+class RequestLog:
+    """ASGI middleware: one log line per REST request, written when the reply has been sent."""
+
+    def __init__(self, app, model_name: str):
+        self.app = app
+        self.model_name = model_name
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        entry: dict[str, Any] = {"status": 500}  # what the client sees if the app fails before replying
+        token = _current.set(entry)
+
+        async def record(message):
+            if message["type"] == "http.response.start":
+                entry["status"] = message["status"]
+                for key, value in message.get("headers", ()):
+                    if key.lower() == b"ce-id":  # MLServer puts the request id of a served inference here
+                        entry["request_id"] = value.decode("latin-1")
+            await send(message)
+
+        try:
+            await self.app(scope, receive, record)
+        finally:
+            _current.reset(token)
+            path = scope.get("path", "")
+            found = _MODEL_PATH.match(path)
+            request_id = entry.get("request_id") or header_request_id(_headers(scope))
+            model = found.group(1) if found else (self.model_name if path.rstrip("/") == "/infer" else None)
+            log_request(
+                protocol="rest",
+                method=scope.get("method", ""),
+                path=path,
+                status=entry["status"],
+                started=started,
+                request_id=request_id,
+                model=model,
+            )
+
+
+def _headers(scope) -> dict[str, str]:
+    return {key.decode("latin-1").lower(): value.decode("latin-1") for key, value in scope.get("headers", ())}
+
+
+def install_request_log(app, model_name: str) -> None:
+    """Log every REST request of `app`; `model_name` is the model that answers at the root `/infer`."""
+    app.add_middleware(RequestLog, model_name=model_name)

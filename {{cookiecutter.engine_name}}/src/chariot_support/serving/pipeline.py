@@ -1,0 +1,111 @@
+"""The one way into the model: every inference request, whatever its protocol and transport, is answered by
+`Pipeline.answer`. It gives the request its id, finds the model by the name the client used, counts the request in
+MLServer's inference metrics, and calls the runtime's one entry (`ChariotRuntime.answer`), in this process or in the
+parallel worker the model lives in, which checks, decodes, batches, predicts and checks the results within
+CHARIOT_PREDICT_TIMEOUT."""
+
+from __future__ import annotations
+
+import functools
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from chariot_support.errors import BadRequest, ModelLoading
+from chariot_support.protocols.chariot_v2_kserve import HEADER_TEXT
+from chariot_support.protocols.request import Answer, Request
+from chariot_support.seams.mlserver import (
+    SERVING_ERRORS,
+    call_runtime,
+    response_headers,
+    served_inference,
+    unwrap_worker_error,
+)
+from chariot_support.serving.logs import REQUEST_ID_HEADERS, note_request_id
+from chariot_support.serving.runtime import import_model_class
+
+# The longest request id taken from a body or a header: it is echoed in the answer, its headers and the log.
+MAX_REQUEST_ID = 256
+
+
+def new_request_id() -> str:
+    return str(uuid.uuid4())
+
+
+def request_id_of(body_id: str | None, headers: Mapping[str, str]) -> str:
+    """The request's id: the body's, else the caller's header (X-Request-ID, then Chariot's base id), else a new
+    UUID. An id that could not travel back in a response header, or is longer than MAX_REQUEST_ID, is a 400."""
+    if body_id:
+        return _checked_id(body_id, "the request id")
+    for name in REQUEST_ID_HEADERS:
+        value = headers.get(name)
+        if value:
+            return _checked_id(value, f"the {name} header")
+    return new_request_id()
+
+
+def _checked_id(value: str, where: str) -> str:
+    if len(value) > MAX_REQUEST_ID:
+        raise BadRequest(
+            f"{where} is {len(value):,} characters long; this engine takes ids of at most {MAX_REQUEST_ID} (a UUID is 36)"
+        )
+    if not HEADER_TEXT.fullmatch(value):
+        raise BadRequest(
+            f"{where} {value[:100]!r} cannot travel in an HTTP header: use letters, digits and punctuation"
+            " (a UUID is usual)"
+        )
+    return value
+
+
+class Pipeline:
+    """Answers inference requests with the model behind `data_plane` (data_plane.ChariotDataPlane), whose naming
+    rules say which names reach it, and MLServer's data plane `inner`, whose metrics count each request."""
+
+    def __init__(self, data_plane: Any, inner: Any):
+        self.data_plane = data_plane
+        self._inner = inner
+
+    @property
+    def model_name(self) -> str:
+        return self.data_plane.model_name
+
+    async def model(self, name: str, version: str | None) -> Any:
+        """The model the name reaches; a 404 that says what is served when none does."""
+        with self.data_plane.named(name, version) as resolved:
+            return await self.data_plane.model_registry.get_model(resolved, version)
+
+    async def model_class(self, name: str | None = None) -> type:
+        """The author's model class (its task type, whether it explains)."""
+        model = await self.model(name or self.model_name, None)
+        return _model_class(model.settings.parameters.extra["model_class"])
+
+    async def answer(
+        self,
+        request: Request,
+        headers: Mapping[str, str],
+        name: str | None = None,
+        version: str | None = None,
+        *,
+        explain: bool = False,
+    ) -> Answer:
+        """Answer `request`, sent to the model `name` (the served model when None) with `headers` (lowercase)."""
+        request_id = request_id_of(request.id, headers)
+        note_request_id(request_id)
+        name = name or self.model_name
+        with self.data_plane.named(name, version) as resolved:
+            # Names and versions that are not served end here, before a metric is labelled with them.
+            model = await self.data_plane.model_registry.get_model(resolved, version)
+            if not model.ready:
+                raise ModelLoading(f"model {name!r} is still loading; retry when GET /v2/health/ready answers 200")
+            async with served_inference(self._inner, model, version) as served:
+                try:
+                    answered = await call_runtime(served, "answer", request, request_id, explain)
+                except SERVING_ERRORS as error:
+                    raise unwrap_worker_error(error) from None
+                extra = response_headers(self._inner, served, request_id)
+        return Answer(answered, request_id, name, served.version, extra)
+
+
+@functools.cache
+def _model_class(path: str) -> type:
+    return import_model_class(path)

@@ -1,0 +1,249 @@
+"""MLServer set up as a Chariot engine: its settings, the model it serves, and start-up."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from typing import Any
+
+from fastapi import FastAPI
+from mlserver.handlers import DataPlane, ModelRepositoryHandlers
+from mlserver.settings import ModelParameters, ModelSettings, Settings
+from mlserver.types import (
+    MetadataTensor,
+)
+from mlserver.utils import install_uvloop_event_loop
+
+from chariot_support import model_id as model_id_rule
+from chariot_support.errors import ModelLoadFailed
+from chariot_support.grpc.limits import CallLimits
+from chariot_support.grpc.service import ChariotInferenceServicer
+from chariot_support.model.base import ChariotModel
+from chariot_support.protocols.legacy import install_legacy_routes
+from chariot_support.rest.routes import install_chariot_routes
+from chariot_support.seams.mlserver import (
+    EngineServer,
+    set_uvicorn_options,
+)
+from chariot_support.seams.uvicorn import IdleLimitedProtocol
+from chariot_support.serving.data_plane import ChariotDataPlane, ChariotRepositoryHandlers, EngineRepository
+from chariot_support.serving.logs import logging_config
+from chariot_support.serving.runtime import ServingPlan
+from chariot_support.serving.workers import WorkerWatch
+from chariot_support.settings import config
+
+logger = logging.getLogger("chariot_support")
+
+PROTOCOL = "chariot-v2-kserve"
+GRPC_WAITING_CALLS = 20_000
+
+# MLServer's own defaults that an engine changes; an MLSERVER_* environment variable still wins.
+ENGINE_DEFAULTS: dict[str, Any] = {
+    "debug": False,  # access log and DEBUG logging cost throughput
+    "gzip_enabled": False,  # level-9 gzip of every reply costs far more than it saves on loopback and LAN
+    "parallel_workers": 0,  # predict runs in this process's thread pool; workers are opt-in
+    "host": "0.0.0.0",
+    "http_port": 8080,
+    "grpc_port": 8081,
+    "metrics_port": 8082,
+}
+
+
+def engine_settings() -> Settings:
+    """MLServer's settings with the engine's defaults. CHARIOT_MAX_REQUEST_MB limits a request's size: the REST body,
+    and gRPC's messages unless MLSERVER_GRPC_MAX_MESSAGE_LENGTH sets those apart. MLServer's response cache is
+    refused: every request is answered by the model (a cache would answer a repeated photo from memory, skipping
+    the engine's checks and metrics)."""
+    defaults = {
+        **ENGINE_DEFAULTS,
+        "grpc_max_message_length": config().max_request_mb << 20,
+    }
+    overrides = {k: v for k, v in defaults.items() if f"MLSERVER_{k.upper()}" not in os.environ}
+    settings = Settings(**overrides)
+    if "MLSERVER_LOGGING_SETTINGS" not in os.environ:
+        # MLServer applies it here, in each parallel worker, and to uvicorn's loggers: JSON lines from every process.
+        settings.logging_settings = logging_config(mlserver_debug=settings.debug)
+    if settings.cache_enabled:
+        raise ValueError(
+            "MLSERVER_CACHE_ENABLED is not supported by this engine: each request is answered by the model; unset it"
+            " (a cache in front of the engine can answer repeated requests)"
+        )
+    # uvicorn's options (MLServer passes these through): idle keep-alive seconds, and the engine's protocol, which
+    # bounds connections and requests in flight itself (CHARIOT_MAX_CONNECTIONS). uvicorn's `limit_concurrency` stays
+    # off: it also answers 503 while the connections reach it, which refused health checks among slow clients.
+    # X-Forwarded-* headers are left alone: nothing in an engine reads the client's address, and reading them cost
+    # every request.
+    set_uvicorn_options(
+        settings,
+        timeout_keep_alive=config().keep_alive,
+        http=IdleLimitedProtocol,
+        # An engine serves no WebSockets; left on when a model's dependencies install a WebSocket library, an upgrade
+        # would take connections out of the bounded protocol's hands.
+        ws="none",
+        proxy_headers=False,
+    )
+    return settings
+
+
+def model_id_from_env(default_model_id: str) -> str:
+    model_id = config().model_id.lower() or default_model_id
+    wrong = model_id_rule.problem(model_id)
+    if wrong:
+        raise ValueError(wrong)
+    return model_id
+
+
+def model_settings(model_class: type[ChariotModel], model_id: str) -> ModelSettings:
+    if model_class.__module__ == "__main__":
+        raise TypeError(
+            f"define {model_class.__name__} in an importable module (such as model.py), not in __main__:"
+            " parallel workers import it by name"
+        )
+    image = MetadataTensor(name="image", datatype="BYTES", shape=[1], parameters={"content_type": "base64"})
+    result = MetadataTensor(name="image", datatype="BYTES", shape=[1], parameters={"content_type": "json"})
+    version = config().model_version
+    return ModelSettings(
+        name=f"m-{model_id}",
+        implementation="chariot_support.serving.runtime.ChariotRuntime",
+        platform=f"{PROTOCOL}_{model_class.task_type.name.lower()}",
+        versions=[version],
+        inputs=[image],
+        outputs=[result],
+        parameters=ModelParameters(
+            version=version,
+            extra={"model_class": f"{model_class.__module__}:{model_class.__qualname__}"},
+        ),
+    )
+
+
+class ChariotServer(EngineServer):
+    """MLServer serving one Chariot model, with the Chariot data plane, routes and gRPC service."""
+
+    grpc_servicer = ChariotInferenceServicer
+
+    def __init__(self, settings: Settings, *, model: ModelSettings, pinned: bool):
+        self._chariot_model = (model, pinned)
+        self.grpc_grace = config().grpc_grace
+        self.predict_timeout = config().predict_timeout
+        super().__init__(settings)
+
+    def grpc_limits(self, settings: Settings) -> tuple[CallLimits, list[tuple[str, Any]]]:
+        # gRPC core cancels calls that arrive faster than the event loop takes them once 3,000 wait (5,000 calls at
+        # once: 2,100 CANCELLED, unlogged). Waiting calls cost only their headers; taken, those past
+        # CHARIOT_GRPC_MAX_CALLS are refused before their message is read, with a status that says why.
+        # A per-connection stream limit is not set: gRPC clients open their streams before they learn it, and
+        # the streams past it are reset (UNAVAILABLE, "Stream removed"). Bandwidth probing is off: it widens each
+        # stream's window, so gRPC took in the messages of calls still waiting their turn (forty 60 MiB calls
+        # peaked at 2.0-3.0 GB with it, 1.3-1.5 GB without); a message being read still gets the window it needs.
+        waiting = ("grpc.server.max_pending_requests", "grpc.server.max_pending_requests_hard_limit")
+        return CallLimits(config()), [
+            *((option, GRPC_WAITING_CALLS) for option in waiting),
+            ("grpc.http2.bdp_probe", 0),
+        ]
+
+    def engine_parts(self, data_plane: DataPlane, model_registry: Any):
+        model, pinned = self._chariot_model
+        chariot_plane = ChariotDataPlane(data_plane, model_registry, model_name=model.name, pinned=pinned)
+        repository = EngineRepository(model)
+        handlers = ChariotRepositoryHandlers(ModelRepositoryHandlers(repository, model_registry), chariot_plane)
+        self._chariot_plane = chariot_plane
+        return chariot_plane, repository, handlers
+
+    def watch_workers(self, pool_registry) -> WorkerWatch:
+        watch = WorkerWatch(pool_registry, self.predict_timeout)
+        watch.install()
+        return watch
+
+    def install_routes(self, rest_app: FastAPI, metrics_app: FastAPI | None) -> None:
+        data_plane = self._chariot_plane
+        install_chariot_routes(rest_app, data_plane, self.settings, config().max_request_mb << 20)
+        install_legacy_routes(rest_app, data_plane.pipeline)
+        close_api_pages(rest_app, metrics_app)
+
+
+def close_api_pages(app: FastAPI, metrics_app: FastAPI | None) -> None:
+    """Take out what an engine does not serve: MLServer's generate routes (it serves no language model), and,
+    unless CHARIOT_API_DOCS turns them on, the API docs pages and OpenAPI schemas of both servers."""
+
+    def served(path: str) -> bool:
+        if path.endswith(("/generate", "/generate_stream")):
+            return False
+        return config().api_docs or not (path == "/openapi.json" or "/docs" in path or path == "/redoc")
+
+    for each in (app, metrics_app):
+        if each is not None:
+            each.router.routes[:] = [r for r in each.router.routes if served(getattr(r, "path", ""))]
+
+
+def log_settings(settings: Settings, plan: ServingPlan) -> None:
+    """One line saying how the engine serves, as its settings and the model's class work out: processes, threads,
+    copies, batching and limits, in words and, for log tools, as the `settings` field."""
+    engine = config()
+    batching = plan.batching
+    fields = {
+        "workers": settings.parallel_workers,
+        "threads": plan.threads,
+        "copies": plan.copies,
+        "thread_safe": plan.thread_safe,
+        "predict_inline": plan.inline,
+        "max_batch_size": batching.max_size if batching else 1,
+        "max_batch_wait_ms": batching.max_wait * 1000 if batching else None,
+        "predict_timeout_s": engine.predict_timeout,
+        "max_request_mb": engine.max_request_mb,
+        "max_inputs": engine.max_inputs,
+        "max_image_pixels": engine.max_image_pixels,
+        "max_request_pixels": engine.max_request_pixels,
+        "max_connections": engine.max_connections,
+        "body_budget_mb": engine.body_budget_mb,
+        "decode_budget_mb": engine.decode_budget_mb,
+    }
+    processes = f"{settings.parallel_workers} worker processes, each" if settings.parallel_workers else "one process"
+    model = "one thread-safe model" if plan.thread_safe else f"{plan.copies} cop{'y' if plan.copies == 1 else 'ies'}"
+    if plan.inline:
+        model += ", predicting inline on the event loop"
+    gathered = (
+        f"batches of up to {batching.max_size} images within {batching.max_wait * 1000:g} ms"
+        if batching
+        else "no batching"
+    )
+    logger.info(
+        "settings: %s with %d threads and %s; %s; predict timeout %g s; requests up to %d MiB and %d inputs, images"
+        " up to %s pixels; %d connections at most",
+        processes,
+        plan.threads,
+        model,
+        gathered,
+        engine.predict_timeout,
+        engine.max_request_mb,
+        engine.max_inputs,
+        f"{engine.max_image_pixels:,}",
+        engine.max_connections,
+        extra={"fields": {"settings": fields}},
+    )
+
+
+async def _serve(model_class: type[ChariotModel], default_model_id: str) -> None:
+    settings = engine_settings()
+    model_id = model_id_from_env(default_model_id)
+    model = model_settings(model_class, model_id)
+    server = ChariotServer(settings, model=model, pinned=bool(config().model_id))
+    logger.info(
+        "serving %s as %s on REST :%s and gRPC :%s",
+        model_class.task_type.value,
+        model.name,
+        settings.http_port,
+        settings.grpc_port,
+    )
+    log_settings(settings, ServingPlan.of(model_class))
+    await server.start([model])
+
+
+def serve(model_class: type[ChariotModel], *, default_model_id: str) -> None:
+    """Start the engine and serve until SIGTERM/SIGINT; exit with status 1 when the model does not load."""
+    install_uvloop_event_loop()
+    try:
+        asyncio.run(_serve(model_class, default_model_id))
+    except ModelLoadFailed as failure:
+        logger.critical("the engine stops: %s", failure)
+        raise SystemExit(1) from None

@@ -32,10 +32,11 @@ BODY = json.dumps({"inputs": [{"name": "image-0", "shape": [1], "datatype": "BYT
 async def in_process(count: int) -> float:
     from chariot_support.model.demo import DEMO_MODELS
     from chariot_support.model.tasks import TaskType
-    from chariot_support.serving.server import ChariotServer, engine_settings, model_settings
+    from chariot_support.serving.server import build_server
+    from chariot_support.settings import EngineSettings
 
-    served = model_settings(DEMO_MODELS[TaskType.OBJECT_DETECTION], "demo")
-    server = ChariotServer(engine_settings(), model=served, pinned=False)
+    server = build_server(DEMO_MODELS[TaskType.OBJECT_DETECTION], "demo", EngineSettings.from_env())
+    served = server.model
     await server._model_registry.load(served)
     app = server._rest_server._app
     body = BODY.encode()

@@ -13,14 +13,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 import requests
-from mlserver.settings import ModelParameters, ModelSettings
+import runtimes
 from mlserver.types import InferenceRequest
 
 from chariot_support.dev.testing import chariot_metadata, chariot_request, image_input, run_engine
 from chariot_support.errors import InvalidResult, PredictFailed, PredictTimeout
 from chariot_support.serving.batching import Batcher, batch_settings
 from chariot_support.serving.runtime import ChariotRuntime
-from chariot_support.settings import EngineSettings, config
+from chariot_support.settings import EngineSettings
 
 HERE = Path(__file__).parent
 LONG = 10.0  # a batch wait no test sits out: its batches go when full
@@ -284,32 +284,19 @@ def test_an_engine_with_a_bad_batch_setting_stops_with_a_clear_message():
 @pytest.fixture
 def make_runtime(monkeypatch):
     monkeypatch.syspath_prepend(str(HERE))
-    runtimes = []
+    made = []
 
-    def make(model_class: str = "RecordingModel", **env: str) -> ChariotRuntime:
-        monkeypatch.setenv("CHARIOT_THREADS", "2")
-        for name in ("CHARIOT_MAX_BATCH_SIZE", "CHARIOT_MAX_BATCH_WAIT_MS"):
-            monkeypatch.delenv(name, raising=False)
-        for name, value in env.items():
-            monkeypatch.setenv(name, value)
-        config.cache_clear()  # the runtime reads the settings once; this one reads these
-        settings = ModelSettings(
-            name="m-test",
-            implementation=ChariotRuntime,
-            parameters=ModelParameters(extra={"model_class": f"batching_engine.model:{model_class}"}),
-        )
-        runtime = ChariotRuntime(settings)
-        asyncio.run(runtime.load())
-        runtimes.append(runtime)
+    def make(model_class: str = "RecordingModel", **settings) -> ChariotRuntime:
+        runtime = runtimes.loaded_runtime(f"batching_engine.model:{model_class}", EngineSettings(threads=2, **settings))
+        made.append(runtime)
         return runtime
 
     from batching_engine import model
 
     model.CALLS.clear()
     yield make
-    for runtime in runtimes:
+    for runtime in made:
         asyncio.run(runtime.unload())
-    config.cache_clear()  # the next reader sees the environment without this test's settings
 
 
 def pixels(value: int) -> np.ndarray:
@@ -325,7 +312,7 @@ def payload(*values: int, tensor: bool = False, **parameters) -> InferenceReques
 
 def serve(runtime: ChariotRuntime, *payloads: InferenceRequest) -> list:
     async def run():
-        return await asyncio.gather(*(runtime.predict(p) for p in payloads), return_exceptions=True)
+        return await asyncio.gather(*(runtimes.answer(runtime, p) for p in payloads), return_exceptions=True)
 
     return asyncio.run(run())
 
@@ -347,7 +334,7 @@ def test_the_runtime_is_unchanged_when_batching_is_off(make_runtime):
 def test_batched_images_keep_their_own_settings(make_runtime):
     from batching_engine.model import CALLS
 
-    runtime = make_runtime(CHARIOT_MAX_BATCH_SIZE="4", CHARIOT_MAX_BATCH_WAIT_MS="10000")
+    runtime = make_runtime(max_batch_size=4, max_batch_wait_ms=10000.0)
     answers = serve(runtime, payload(1, tag="x"), payload(2, 3, score_threshold=0.5, tag="y"), payload(4))
     assert len(CALLS) == 1 and sorted(CALLS[0]["images"]) == ["1-x", "2-y", "3-y", "4-None"]
     assert [labels(a) for a in answers] == [
@@ -360,7 +347,7 @@ def test_batched_images_keep_their_own_settings(make_runtime):
 def test_batched_images_keep_their_own_action(make_runtime):
     from batching_engine.model import CALLS
 
-    runtime = make_runtime("RecordingClassifier", CHARIOT_MAX_BATCH_SIZE="3", CHARIOT_MAX_BATCH_WAIT_MS="10000")
+    runtime = make_runtime("RecordingClassifier", max_batch_size=3, max_batch_wait_ms=10000.0)
     answers = serve(runtime, payload(1, action="predict_proba"), payload(2), payload(3, action="predict_proba"))
     assert len(CALLS) == 1
     assert [labels(a) for a in answers] == [
@@ -373,7 +360,7 @@ def test_batched_images_keep_their_own_action(make_runtime):
 def test_batched_images_keep_their_own_prompts(make_runtime):
     from batching_engine.model import CALLS
 
-    runtime = make_runtime("RecordingAnswerer", CHARIOT_MAX_BATCH_SIZE="3", CHARIOT_MAX_BATCH_WAIT_MS="10000")
+    runtime = make_runtime("RecordingAnswerer", max_batch_size=3, max_batch_wait_ms=10000.0)
     answers = serve(runtime, payload(1, prompts=["what?", "where?"]), payload(2, 3, prompts=["who?"]))
     assert len(CALLS) == 1
     found = [[[(r["prompt"], r["answer"]) for r in o.data[0]] for o in a.outputs] for a in answers]
@@ -386,7 +373,7 @@ def test_batched_images_keep_their_own_prompts(make_runtime):
 def test_a_request_with_tensors_is_predicted_alone(make_runtime):
     from batching_engine.model import CALLS
 
-    runtime = make_runtime(CHARIOT_MAX_BATCH_SIZE="2", CHARIOT_MAX_BATCH_WAIT_MS="10000")
+    runtime = make_runtime(max_batch_size=2, max_batch_wait_ms=10000.0)
     answers = serve(runtime, payload(1), payload(2, tensor=True), payload(3))
     assert [labels(a) for a in answers] == [
         [["image-1-None", "call-of-2"]],
@@ -401,14 +388,14 @@ def test_a_request_with_tensors_is_predicted_alone(make_runtime):
     [("raise", PredictFailed, "the GPU caught fire"), ("too-few-lists", InvalidResult, "one list of Detection")],
 )
 def test_a_batch_whose_predict_fails_fails_every_request_in_it(make_runtime, fault, error, message):
-    runtime = make_runtime(CHARIOT_MAX_BATCH_SIZE="3", CHARIOT_MAX_BATCH_WAIT_MS="10000")
+    runtime = make_runtime(max_batch_size=3, max_batch_wait_ms=10000.0)
     answers = serve(runtime, payload(1), payload(2, fault=fault), payload(3))
     assert all(isinstance(a, error) and message in str(a) and a.status_code == 500 for a in answers), answers
     assert labels(serve(runtime, payload(4), payload(5), payload(6))[0]) == [["image-4-None", "call-of-3"]]
 
 
 def test_the_predict_timeout_holds_for_each_batched_request(make_runtime):
-    runtime = make_runtime(CHARIOT_MAX_BATCH_SIZE="2", CHARIOT_MAX_BATCH_WAIT_MS="10000", CHARIOT_PREDICT_TIMEOUT="0.5")
+    runtime = make_runtime(max_batch_size=2, max_batch_wait_ms=10000.0, predict_timeout=0.5)
     answers = serve(runtime, payload(1, seconds=2), payload(2))
     assert all(isinstance(a, PredictTimeout) and a.status_code == 504 for a in answers), answers
     # A request that waits alone for a batch that never fills gets its 504 too, unpredicted.

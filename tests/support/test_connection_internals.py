@@ -254,9 +254,9 @@ def test_requests_run_as_tasks_in_the_servers_set_and_get_the_app_the_protocol_h
 
 
 @pytest.fixture
-def short_deadlines(monkeypatch):
-    settings = EngineSettings.from_env({"CHARIOT_HEADER_TIMEOUT": "0.05", "CHARIOT_BODY_TIMEOUT": "0.05"})
-    monkeypatch.setattr(connections, "config", lambda: settings)
+def short_deadlines():
+    """The engine's protocol, bound to deadlines of 50 ms for a head and for a body's window."""
+    return IdleLimitedProtocol.bound(EngineSettings(header_timeout=0.05, body_timeout=0.05))
 
 
 def test_a_body_the_engine_has_not_asked_for_is_not_cut_until_it_is_asked(short_deadlines):
@@ -272,7 +272,7 @@ def test_a_body_the_engine_has_not_asked_for_is_not_cut_until_it_is_asked(short_
         await send({"type": "http.response.body", "body": b"ok"})
 
     async def check():
-        protocol = serve(reads_later, kind=IdleLimitedProtocol)
+        protocol = serve(reads_later, kind=short_deadlines)
         protocol.data_received(b"POST / HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 9\r\n\r\n")
         await asyncio.sleep(0.2)  # four windows
         assert not protocol.transport.closed and protocol.transport.written == b""
@@ -290,11 +290,11 @@ def test_a_body_the_engine_has_not_asked_for_is_not_cut_until_it_is_asked(short_
 
 def test_a_client_that_leaves_its_answer_unread_is_cut_after_the_body_timeout(short_deadlines):
     async def check():
-        reading = serve(answer, kind=IdleLimitedProtocol)
+        reading = serve(answer, kind=short_deadlines)
         reading.pause_writing()
         await asyncio.sleep(0.02)
         reading.resume_writing()  # it read some before the deadline
-        unread = serve(answer, kind=IdleLimitedProtocol)
+        unread = serve(answer, kind=short_deadlines)
         unread.pause_writing()
         await asyncio.sleep(0.2)
         assert unread.transport.aborted and unread not in unread.connections
@@ -308,7 +308,7 @@ def test_a_late_head_gets_408_and_is_counted_in_one_log_line(short_deadlines, mo
 
     async def check():
         state = ServerState()
-        late = [serve(answer, kind=IdleLimitedProtocol, state=state) for _ in range(3)]
+        late = [serve(answer, kind=short_deadlines, state=state) for _ in range(3)]
         for protocol in late:
             protocol.data_received(b"GET / HTT")
         await asyncio.sleep(0.3)
@@ -324,9 +324,9 @@ def test_a_late_head_gets_408_and_is_counted_in_one_log_line(short_deadlines, mo
     assert len(lines) == 1 and lines[0].fields == {"closed_connections": {"head_late": 3}}, caplog.text
 
 
-def test_the_engines_protocol_builds_on_uvicorns():
+def test_the_engines_protocol_builds_on_uvicorns(short_deadlines):
     async def check():
-        protocol = serve(answer, kind=IdleLimitedProtocol)
+        protocol = serve(answer, kind=short_deadlines)
         protocol.data_received(b"G")
         await asyncio.sleep(0)
         assert protocol._in_head and protocol._timer is not None, "a head's first byte no longer starts its deadline"

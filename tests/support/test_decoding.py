@@ -19,8 +19,8 @@ from chariot_support.errors import BadRequest
 from chariot_support.model.tasks import TaskType
 from chariot_support.protocols.chariot_v2_kserve import parse_request, request_from_json
 from chariot_support.protocols.images import _quick_header, decode_image, image_header
-from chariot_support.protocols.limits import DEFAULT_LIMITS, Limits
 from chariot_support.protocols.request import Request, Tensor
+from chariot_support.settings import DEFAULTS, EngineSettings
 
 DETECTION = TaskType.OBJECT_DETECTION
 RED, BLUE = (255, 0, 0), (0, 0, 255)
@@ -67,7 +67,7 @@ def tensor(datatype: str, data: list, shape=None, name: str = "x", **parameters)
     return body
 
 
-def parse(*inputs, task=DETECTION, limits=DEFAULT_LIMITS, **parameters):
+def parse(*inputs, task=DETECTION, limits=DEFAULTS, **parameters):
     body = {"inputs": list(inputs)}
     if parameters:
         body["parameters"] = parameters
@@ -78,7 +78,7 @@ def first(*inputs, task=DETECTION, **parameters):
     return parse(*(inputs or [image()]), task=task, **parameters).images[0]
 
 
-def decoded(data, limits=DEFAULT_LIMITS) -> np.ndarray:
+def decoded(data, limits=DEFAULTS) -> np.ndarray:
     return decode_image(first(image(data=data)).encoded, "input 'img'", limits)
 
 
@@ -184,8 +184,8 @@ def test_raw_image_bytes_are_accepted_as_grpc_sends_them():
 
 
 def test_pixel_limit_is_inclusive():
-    assert decoded(B64, Limits(max_image_pixels=600)).shape == (20, 30, 3)
-    refused(lambda: decoded(B64, Limits(max_image_pixels=599)), "input 'img'", "30x20", "599")
+    assert decoded(B64, EngineSettings(max_image_pixels=600)).shape == (20, 30, 3)
+    refused(lambda: decoded(B64, EngineSettings(max_image_pixels=599)), "input 'img'", "30x20", "599")
 
 
 # --- parameters -----------------------------------------------------------------------------------------------

@@ -246,15 +246,15 @@ def test_only_plain_grpc_requests_are_read_by_the_engine_itself(model_name, scen
     from chariot_support.protocols.v2_grpc import plain_grpc_request
 
     body = chariot_request(image_input("image-0", scene.pixels, action="detect"), metadata="{}")
-    plain = plain_grpc_request(grpc_request(body, model_name))
+    plain = plain_grpc_request(grpc_request(body, model_name), 1_000_000)
     assert plain is not None and plain.inputs[0].data == [body["inputs"][0]["data"][0].encode()]
     assert plain.inputs[0].parameters == {"action": "detect"} and plain.parameters == {"metadata": "{}"}
-    assert plain_grpc_request(grpc_request(body, model_name, raw=True)) == plain
+    assert plain_grpc_request(grpc_request(body, model_name, raw=True), 1_000_000) == plain
     cut = grpc_request(body, model_name, raw=True)
     cut.raw_input_contents[0] = cut.raw_input_contents[0][:-1]
-    assert plain_grpc_request(cut) is None, "raw contents cut short: MLServer's converter says what is wrong"
+    assert plain_grpc_request(cut, 1_000_000) is None, "raw contents cut short: MLServer's converter says what is wrong"
     numeric = {**body, "inputs": [*body["inputs"], {"name": "n", "shape": [1], "datatype": "INT64", "data": [1]}]}
-    assert plain_grpc_request(grpc_request(numeric, model_name)) is None
+    assert plain_grpc_request(grpc_request(numeric, model_name), 1_000_000) is None
     typed = grpc_request(body, model_name)
     typed.inputs[0].parameters["content_type"].int64_param = 5
-    assert plain_grpc_request(typed) is None
+    assert plain_grpc_request(typed, 1_000_000) is None

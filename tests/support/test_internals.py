@@ -568,13 +568,14 @@ def test_the_engine_server_gives_its_parallel_workers_to_the_supervisor(
 def test_the_grpc_server_keeps_mlservers_interceptors_tracing_included(monkeypatch, released_metrics):
     """The engine's gRPC server is MLServer's: with MLSERVER_TRACING_SERVER set, gRPC calls are traced as REST."""
     from chariot_support.model.demo import DEMO_MODELS
-    from chariot_support.serving.server import ChariotServer, engine_settings, model_settings
+    from chariot_support.serving.server import build_server
+    from chariot_support.settings import EngineSettings
 
     monkeypatch.setenv("MLSERVER_TRACING_SERVER", "127.0.0.1:4317")
     model_class = DEMO_MODELS[next(iter(DEMO_MODELS))]
 
     async def build():  # MLServer's constructor sets signal handlers on the running loop
-        built = ChariotServer(engine_settings(), model=model_settings(model_class, "x"), pinned=False)
+        built = build_server(model_class, "x", EngineSettings())
         built._grpc_server._create_server()
         return built
 
@@ -591,7 +592,8 @@ def test_the_grpc_server_is_built_by_the_aio_name_the_engine_swaps(released_metr
 
     from chariot_support.grpc.limits import CallLimits
     from chariot_support.model.demo import DEMO_MODELS
-    from chariot_support.serving.server import ChariotServer, engine_settings, model_settings
+    from chariot_support.serving.server import build_server
+    from chariot_support.settings import EngineSettings
 
     built_with = {}
     real = grpc_server.aio.server
@@ -603,9 +605,7 @@ def test_the_grpc_server_is_built_by_the_aio_name_the_engine_swaps(released_metr
     monkeypatch.setattr(grpc_server.aio, "server", recording)
 
     async def build():  # MLServer's constructor sets signal handlers on the running loop
-        built = ChariotServer(
-            engine_settings(), model=model_settings(DEMO_MODELS[next(iter(DEMO_MODELS))], "x"), pinned=False
-        )
+        built = build_server(DEMO_MODELS[next(iter(DEMO_MODELS))], "x", EngineSettings())
         built._grpc_server._create_server()
         return built
 

@@ -23,21 +23,21 @@ from chariot_support.protocols.legacy import (
     read_predict,
     render,
 )
-from chariot_support.protocols.limits import DEFAULT_LIMITS, Limits
 from chariot_support.protocols.request import Answer, Answered
 from chariot_support.serving.runtime import validate_explanations
+from chariot_support.settings import DEFAULTS, EngineSettings
 
 PIXELS = np.arange(4 * 5 * 3, dtype=np.uint8).reshape(4, 5, 3) * 4
 B64 = encode_image(PIXELS)
 OD, IC, ITT = TaskType.OBJECT_DETECTION, TaskType.IMAGE_CLASSIFICATION, TaskType.IMAGE_TEXT_TO_TEXT
 
 
-def parse_predict(body, task, limits=DEFAULT_LIMITS):
+def parse_predict(body, task, limits=DEFAULTS):
     """A `:predict` body as the runtime checks it: read by the protocol, then by the engine's parser."""
     return parse_request(read_predict(body), task, limits)
 
 
-def parse_classify(body, task, limits=DEFAULT_LIMITS):
+def parse_classify(body, task, limits=DEFAULTS):
     return parse_request(read_classify(body), task, limits)
 
 
@@ -146,12 +146,12 @@ def test_bad_bodies_are_rejected_naming_the_place(body, fragments):
 
 
 def test_the_input_limit_holds_for_rows_too():
-    bad(lambda: parse_predict({"instances": [B64] * 3}, OD, Limits(max_inputs=2)), "3 inputs", "at most 2")
+    bad(lambda: parse_predict({"instances": [B64] * 3}, OD, EngineSettings(max_inputs=2)), "3 inputs", "at most 2")
 
 
 def test_pixels_beyond_the_pixel_limit_are_refused_before_predict():
-    (image,) = parse_predict({"instances": [PIXELS.tolist()]}, OD, Limits(max_image_pixels=10)).images
-    bad(lambda: decode_image(image.encoded, "instances[0]", Limits(max_image_pixels=10)), "more than the 10")
+    (image,) = parse_predict({"instances": [PIXELS.tolist()]}, OD, EngineSettings(max_image_pixels=10)).images
+    bad(lambda: decode_image(image.encoded, "instances[0]", EngineSettings(max_image_pixels=10)), "more than the 10")
 
 
 def test_a_grey_png_is_still_an_rgb_image():

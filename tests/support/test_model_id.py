@@ -53,7 +53,8 @@ def test_the_engine_refuses_the_ids_the_bake_refuses(model_id):
 def model_id_from_env_with(model_id: str) -> str:
     from chariot_support import model_id as rule
     from chariot_support.serving.server import model_id_from_env
+    from chariot_support.settings import EngineSettings
 
-    chosen = model_id_from_env(model_id)  # no CHARIOT_MODEL_ID in the test environment: the default is checked
+    chosen = model_id_from_env(model_id, EngineSettings())  # no CHARIOT_MODEL_ID: the default is checked
     assert rule.problem(model_id) is None  # the rule the bake hook loads from this same file agrees
     return chosen

@@ -127,10 +127,10 @@ def test_grpc_requests_are_answered_by_the_pipeline(served, scene):
             assert answered(engine) == before + 1
 
 
+@pytest.mark.parametrize("served", ["gzip"], indirect=True)
 def test_a_gzipped_answer_is_the_plain_answer_compressed(served, scene):
     configuration, engine = served
-    if configuration != "gzip":
-        return
+    assert configuration == "gzip"
     path, body, _ = sends(scene)["root-jsonl"]
     body = body * 6  # twelve lines: an answer long enough to compress
     jsonl = {"Content-Type": "application/jsonl"}
@@ -151,14 +151,42 @@ def test_mlservers_own_app_has_no_inference_route_left(released_metrics):
     import asyncio
 
     from chariot_support.model.demo import DEMO_MODELS
-    from chariot_support.serving.server import ChariotServer, engine_settings, model_settings
+    from chariot_support.serving.server import build_server
+    from chariot_support.settings import EngineSettings
 
     async def build():  # MLServer's constructor sets signal handlers on the running loop
-        return ChariotServer(
-            engine_settings(), model=model_settings(DEMO_MODELS[TaskType.OBJECT_DETECTION], "x"), pinned=False
-        )
+        return build_server(DEMO_MODELS[TaskType.OBJECT_DETECTION], "x", EngineSettings())
 
     app = asyncio.run(build())._rest_server._app
     posts = sorted(route.path for route in app.router.routes if "POST" in (getattr(route, "methods", None) or ()))
     assert not [p for p in posts if p.endswith(("/infer", "/infer/")) or p.startswith("/v1/models/")], posts
     assert posts, "the app should keep its other POST routes (repository, infer_stream)"
+
+
+def test_the_runtime_is_reached_only_through_the_pipeline():
+    """Only the pipeline calls the runtime's entry (by name, so that it crosses to parallel workers), and MLServer's
+    own ways to a model are closed: its data plane's infer refuses, and the runtime has no predict of its own."""
+    import ast
+    import asyncio
+    from pathlib import Path
+
+    from mlserver import MLModel
+
+    import chariot_support
+    from chariot_support.errors import ChariotError
+    from chariot_support.serving.data_plane import ChariotDataPlane
+    from chariot_support.serving.runtime import ChariotRuntime
+
+    package = Path(chariot_support.__file__).parent
+    callers = set()
+    for path in package.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (
+                isinstance(node, ast.Call)
+                and getattr(node.func, "id", getattr(node.func, "attr", "")) == "call_runtime"
+            ):
+                callers.add(path.relative_to(package).as_posix())
+    assert callers == {"serving/pipeline.py"}, callers
+    assert ChariotRuntime.predict is MLModel.predict, "the runtime must not answer MLServer's predict itself"
+    with pytest.raises(ChariotError, match="pipeline"):
+        asyncio.run(ChariotDataPlane.infer(None, None, "m-demo"))

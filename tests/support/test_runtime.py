@@ -6,13 +6,14 @@ import time
 
 import numpy as np
 import pytest
-from mlserver.settings import ModelParameters, ModelSettings
+import runtimes
 from mlserver.types import InferenceRequest
 
 from chariot_support.dev.testing import chariot_request, image_input
 from chariot_support.errors import BadRequest
 from chariot_support.serving import runtime as runtime_module
 from chariot_support.serving.runtime import ChariotRuntime
+from chariot_support.settings import EngineSettings
 from template_paths import TEMPLATE_ROOT
 
 PIXELS = np.zeros((24, 32, 3), np.uint8)
@@ -21,22 +22,15 @@ PIXELS = np.zeros((24, 32, 3), np.uint8)
 @pytest.fixture
 def make_runtime(monkeypatch):
     monkeypatch.syspath_prepend(str(TEMPLATE_ROOT / "tests" / "support"))
-    runtimes = []
+    made = []
 
     def make(threads: int) -> ChariotRuntime:
-        monkeypatch.setenv("CHARIOT_THREADS", str(threads))
-        settings = ModelSettings(
-            name="m-test",
-            implementation=ChariotRuntime,
-            parameters=ModelParameters(extra={"model_class": "faulty_engine.model:FaultyModel"}),
-        )
-        runtime = ChariotRuntime(settings)
-        asyncio.run(runtime.load())
-        runtimes.append(runtime)
+        runtime = runtimes.loaded_runtime("faulty_engine.model:FaultyModel", EngineSettings(threads=threads))
+        made.append(runtime)
         return runtime
 
     yield make
-    for runtime in runtimes:
+    for runtime in made:
         asyncio.run(runtime.unload())
 
 
@@ -63,7 +57,7 @@ def slow_decodes(monkeypatch) -> list[str]:
 
 def predict(runtime: ChariotRuntime, *payloads: InferenceRequest) -> list:
     async def run():
-        return await asyncio.wait_for(asyncio.gather(*(runtime.predict(p) for p in payloads)), timeout=30)
+        return await asyncio.wait_for(asyncio.gather(*(runtimes.answer(runtime, p) for p in payloads)), timeout=30)
 
     return asyncio.run(run())
 

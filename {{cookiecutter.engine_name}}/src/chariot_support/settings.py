@@ -97,6 +97,10 @@ class EngineSettings:
     max_json_depth = 64
     max_error_chars = 1000
 
+    def __post_init__(self) -> None:
+        if not self.threads:  # 0: one per CPU
+            object.__setattr__(self, "threads", os.cpu_count() or 1)
+
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> EngineSettings:
         """Read every setting from `environ` (the process environment by default); a value that cannot be used is
@@ -118,9 +122,17 @@ class EngineSettings:
                 f"CHARIOT_BODY_BUDGET_MB ({settings.body_budget_mb}) is smaller than CHARIOT_MAX_REQUEST_MB"
                 f" ({settings.max_request_mb}), so the largest request allowed could never be read: raise the budget"
             )
-        if not settings.threads:
-            settings = cls(**{**values, "threads": os.cpu_count() or 1})
         return settings
+
+    def to_json(self) -> dict[str, Any]:
+        """The settings as JSON values, to travel with the model's settings to its runtime (in this process or a
+        parallel worker): the runtime is handed the settings the engine started with, never reads them again."""
+        return {f.name: str(v) if isinstance(v, Path) else v for f in fields(self) for v in [getattr(self, f.name)]}
+
+    @classmethod
+    def from_json(cls, values: Mapping[str, Any]) -> EngineSettings:
+        known = {f.name: f for f in fields(cls)}
+        return cls(**{k: Path(v) if k == "model_dir" else v for k, v in values.items() if k in known})
 
     @classmethod
     def variables(cls) -> dict[str, Any]:
@@ -159,7 +171,12 @@ def _read(metadata: Mapping[str, Any], kind: type, raw: str) -> Any:
     return number
 
 
+# What one request may ask of the engine when no settings are given (the parsers' tests and tools): the defaults.
+DEFAULTS = EngineSettings()
+
+
 @functools.cache
 def config() -> EngineSettings:
-    """The engine's settings, read from the environment the first time they are asked for."""
+    """The engine's settings, read from the environment once, by the process that starts the engine (serving/server)
+    and by the log setup; every other part is handed them."""
     return EngineSettings.from_env()

@@ -17,7 +17,7 @@ from prometheus_client import REGISTRY
 from prometheus_client import Counter as PrometheusCounter
 
 from chariot_support.protocols.v2_grpc import fields_past
-from chariot_support.serving.admission import LARGE_BODY, Overloaded, body_budget
+from chariot_support.serving.admission import LARGE_BODY, BodyBudget, Overloaded
 from chariot_support.settings import EngineSettings
 
 logger = logging.getLogger("chariot_support")
@@ -146,7 +146,8 @@ class CallLimits(aio.ServerInterceptor):
     message must arrive within CHARIOT_GRPC_READ_TIMEOUT, and is counted in the body budget until the call ends
     (waiting briefly for room, else UNAVAILABLE). The client sees the same unary call on the wire."""
 
-    def __init__(self, settings: EngineSettings):
+    def __init__(self, settings: EngineSettings, budget: BodyBudget):
+        self.budget = budget  # the body budget REST bodies are counted in too
         self.max_calls = settings.grpc_max_calls
         self.read_timeout = settings.grpc_read_timeout
         self.admission_wait = settings.admission_wait or 1e-9
@@ -183,7 +184,7 @@ class CallLimits(aio.ServerInterceptor):
                 " CHARIOT_GRPC_MAX_CALLS); retry shortly",
             )
         self.in_flight += counted
-        budget, held = body_budget(), 0
+        budget, held = self.budget, 0
         try:
             if counted:
                 message, held = await self._admit(context, name, budget)
@@ -257,7 +258,7 @@ class CallLimits(aio.ServerInterceptor):
             return message
         size = len(message)
         del message  # not kept with the refusal (see _serve)
-        body_budget().let_go(size)  # not counted while it was read, but its memory is reclaimed with the rest
+        self.budget.let_go(size)  # not counted while it was read, but its memory is reclaimed with the rest
         await self._refuse(
             context,
             "malformed",

@@ -113,7 +113,7 @@ class ChariotInferenceServicer(GRPCInferenceServiceServicer):
         with request_entry() as entry:
             try:
                 headers = to_headers(context)
-                parsed = await off_loop_if_large(v2_grpc.parse, request)
+                parsed = await off_loop_if_large(v2_grpc.parse, request, self._data_plane.engine.max_elements)
                 answer = await self._pipeline.answer(parsed, headers, name, request.model_version or None)
                 response = v2_grpc.render(answer, raw=bool(request.raw_input_contents))
                 status = 200

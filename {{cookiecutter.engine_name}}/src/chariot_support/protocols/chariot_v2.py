@@ -18,7 +18,6 @@ from chariot_support.errors import BadRequest
 from chariot_support.protocols.chariot_v2_kserve import check_base64
 from chariot_support.protocols.images import IMAGE_MAGIC
 from chariot_support.protocols.request import Place, Request, Tensor
-from chariot_support.settings import config
 
 PARAMETERS_HEADER = "chariot-inference-parameters"
 JSON_TYPES = ("application/json", "text/json")
@@ -53,10 +52,6 @@ class Form(StrEnum):
     JSON = "json"
     JSONL = "jsonl"
     FILE = "file"
-
-
-def protocol_from_env() -> Protocol:
-    return Protocol(config().inference_protocol)
 
 
 def media_type(content_type: str | None) -> str:

@@ -17,9 +17,9 @@ import numpy as np
 from chariot_support.errors import BadRequest
 from chariot_support.model.tasks import TaskType
 from chariot_support.protocols.images import IMAGE_MAGIC
-from chariot_support.protocols.limits import DEFAULT_LIMITS, Limits
 from chariot_support.protocols.request import ImageInput, ParsedRequest, Place, Request, Tensor
 from chariot_support.protocols.tensors import NUMERIC_DTYPES, check_shape, datatype_of, decode_tensor, flat_data
+from chariot_support.settings import DEFAULTS, EngineSettings
 
 HEADER_TEXT = re.compile(r"[\t\x20-\x7e\x80-\xff]*")
 # BYTES inputs carry images unless they say they carry text.
@@ -81,7 +81,7 @@ def parameters_of(parameters: Any) -> dict[str, Any]:
     return values
 
 
-def parse_request(request: Any, task: TaskType, limits: Limits = DEFAULT_LIMITS) -> ParsedRequest:
+def parse_request(request: Any, task: TaskType, limits: EngineSettings = DEFAULTS) -> ParsedRequest:
     """Check the envelope and every input of a V2 request (a `Request`, or the server's object with the same
     fields); raise BadRequest naming the first problem."""
     if not request.inputs:

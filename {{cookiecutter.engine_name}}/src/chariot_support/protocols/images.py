@@ -11,7 +11,7 @@ import numpy as np
 import PIL.Image
 
 from chariot_support.errors import BadRequest
-from chariot_support.protocols.limits import DEFAULT_LIMITS, Limits
+from chariot_support.settings import DEFAULTS, EngineSettings
 
 # The start of each image format the decoder reads, to tell raw image bytes from base64 ones.
 IMAGE_MAGIC = (b"\xff\xd8\xff", b"\x89PNG", b"GIF8", b"BM", b"II*\x00", b"MM\x00*", b"RIFF")
@@ -44,7 +44,7 @@ def _quick_header(encoded: bytes) -> tuple[int, int, str] | None:
 
 
 def image_header(
-    encoded: bytes, where: str, limits: Limits = DEFAULT_LIMITS, item: str = ""
+    encoded: bytes, where: str, limits: EngineSettings = DEFAULTS, item: str = ""
 ) -> tuple[int, int, str | None]:
     """Width, height and format of an image file, read from its header alone and checked against the limits.
     `where` names the input in messages, `item` the image within it (by default `where`'s data[0])."""
@@ -77,7 +77,9 @@ def image_header(
     return _checked(width, height, kind, where, limits)
 
 
-def _checked(width: int, height: int, kind: str | None, where: str, limits: Limits) -> tuple[int, int, str | None]:
+def _checked(
+    width: int, height: int, kind: str | None, where: str, limits: EngineSettings
+) -> tuple[int, int, str | None]:
     if width * height > limits.max_image_pixels:
         raise BadRequest(
             f"{where}: the image is {width}x{height} pixels, more than the {limits.max_image_pixels} this engine accepts"
@@ -87,7 +89,7 @@ def _checked(width: int, height: int, kind: str | None, where: str, limits: Limi
     return width, height, kind
 
 
-def decode_image(encoded: bytes, where: str, limits: Limits = DEFAULT_LIMITS, item: str = "") -> np.ndarray:
+def decode_image(encoded: bytes, where: str, limits: EngineSettings = DEFAULTS, item: str = "") -> np.ndarray:
     """Decode an image file to RGB uint8 pixels (H, W, 3), honouring EXIF orientation."""
     _, _, kind = image_header(encoded, where, limits, item)
     if not _complete(encoded, kind):

@@ -19,19 +19,17 @@ from chariot_support.protocols import v2_rest as v2
 from chariot_support.protocols.chariot_v2_kserve import plain_parameters
 from chariot_support.protocols.request import Answer, Request, Tensor
 from chariot_support.serving.admission import TooLarge
-from chariot_support.settings import config
 
 
-def parse(request: pb.ModelInferRequest) -> Request:
-    """The request a ModelInferRequest carries."""
+def parse(request: pb.ModelInferRequest, most: int) -> Request:
+    """The request a ModelInferRequest carries, with at most `most` elements in any tensor (CHARIOT_MAX_ELEMENTS)."""
     _wider_parameters(request.parameters)
-    most = config().max_elements
     for tensor in request.inputs:
         _wider_parameters(tensor.parameters)
         # Counted before any is read: ten million one-byte elements become ten million Python objects.
         if sum(len(values) for _, values in tensor.contents.ListFields()) > most:
             raise _too_many(tensor.name, most)
-    return plain_grpc_request(request) or _converted(request)
+    return plain_grpc_request(request, most) or _converted(request)
 
 
 def fields_past(raw: bytes, most: int, descriptor: Descriptor = pb.ModelInferRequest.DESCRIPTOR) -> bool:
@@ -118,10 +116,10 @@ def _grpc_parameters(parameters) -> dict[str, Any] | None:
     return values if plain_parameters(values) else None
 
 
-def _unpack_bytes(raw: bytes, name: str) -> list[bytes] | None:
+def _unpack_bytes(raw: bytes, name: str, most: int) -> list[bytes] | None:
     """A BYTES tensor's raw contents: each element a 4-byte little-endian length, then its bytes; None if cut short,
     TooLarge past CHARIOT_MAX_ELEMENTS (60 MiB of zero lengths are 15 million elements, 12 s of unpacking)."""
-    items, at, most = [], 0, config().max_elements
+    items, at = [], 0
     while at < len(raw):
         if len(items) == most:
             raise _too_many(name, most)
@@ -133,7 +131,7 @@ def _unpack_bytes(raw: bytes, name: str) -> list[bytes] | None:
     return items
 
 
-def plain_grpc_request(request: pb.ModelInferRequest) -> Request | None:
+def plain_grpc_request(request: pb.ModelInferRequest, most: int) -> Request | None:
     """The request read straight into the runtime's request when it has the plain shape image clients send (BYTES
     inputs, in their contents or well-formed raw contents, and plain parameters), else None: MLServer's converter
     then reads it, with its coercions and errors. Call after `_wider_parameters`."""
@@ -145,7 +143,7 @@ def plain_grpc_request(request: pb.ModelInferRequest) -> Request | None:
         parameters = _grpc_parameters(tensor.parameters)
         if tensor.datatype != "BYTES" or parameters is None:
             return None
-        data = _unpack_bytes(raw[index], tensor.name) if raw else list(tensor.contents.bytes_contents)
+        data = _unpack_bytes(raw[index], tensor.name, most) if raw else list(tensor.contents.bytes_contents)
         if data is None:
             return None
         inputs.append(Tensor(name=tensor.name, data=data, shape=list(tensor.shape), parameters=parameters or None))

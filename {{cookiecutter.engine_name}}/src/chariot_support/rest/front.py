@@ -28,8 +28,9 @@ from chariot_support.protocols import v2_rest as v2
 from chariot_support.rest.middleware import BOTH_FRAMINGS, body_too_large, send_error, shape_problem, short_error
 from chariot_support.seams.mlserver import SERVING_ERRORS, HTTPMetrics
 from chariot_support.seams.uvicorn import ANSWERED
-from chariot_support.serving.admission import LARGE_BODY, body_budget
+from chariot_support.serving.admission import LARGE_BODY, BodyBudget
 from chariot_support.serving.logs import REQUEST_ID_HEADERS, header_request_id, log_request, request_entry
+from chariot_support.settings import EngineSettings
 
 logger = logging.getLogger("chariot_support")
 
@@ -74,20 +75,18 @@ class InferenceFront:
         *,
         pipeline,
         settings,
-        max_bytes: int,
-        max_elements: int,
-        max_depth: int,
-        max_error_chars: int,
-        max_inputs: int,
+        engine: EngineSettings,
+        budget: BodyBudget,
     ):
         self.app = app
         self.pipeline = pipeline
-        self.max_bytes = max_bytes
-        self.max_elements = max_elements
-        self.max_depth = max_depth
-        self.max_error_chars = max_error_chars
-        self.max_inputs = max_inputs
-        self.protocol = chariot_v2.protocol_from_env()
+        self.budget = budget
+        self.max_bytes = engine.max_request_mb << 20
+        self.max_elements = engine.max_elements
+        self.max_depth = engine.max_json_depth
+        self.max_error_chars = engine.max_error_chars
+        self.max_inputs = engine.max_inputs
+        self.protocol = chariot_v2.Protocol(engine.inference_protocol)
         self.metrics = HTTPMetrics.find(app)
         self.answer_http = _with_cors_and_gzip(self._inference, settings)
         self.refuse_http = _with_cors_and_gzip(self._not_allowed, settings)
@@ -152,7 +151,7 @@ class InferenceFront:
         size = int(declared) if declared.isdigit() else None
         if size is not None and size > self.max_bytes:
             return await self._error(send, 413, body_too_large(f"{size:,} bytes", self.max_bytes))
-        budget = body_budget()
+        budget = self.budget
         held = received = 0
         try:
             if size:

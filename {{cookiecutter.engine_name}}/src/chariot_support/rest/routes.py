@@ -13,10 +13,9 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from chariot_support.errors import ChariotError, DoesNotStream, internal_error
 from chariot_support.rest.front import InferenceFront
 from chariot_support.rest.middleware import MAX_CONTROL_BODY, BodyLimit, BodyShape, Framing, JSONBodies, ShortErrors
+from chariot_support.serving.admission import BodyBudget
 from chariot_support.serving.data_plane import ChariotDataPlane
 from chariot_support.serving.logs import install_request_log
-from chariot_support.serving.runtime import engine_limits
-from chariot_support.settings import config
 
 logger = logging.getLogger("chariot_support")
 
@@ -42,9 +41,7 @@ def _validation_message(exc: RequestValidationError, path: str) -> str:
     return f"{path}: {first['msg']}"
 
 
-def install_chariot_routes(
-    app: FastAPI, data_plane: ChariotDataPlane, settings: Settings, max_request_bytes: int
-) -> None:
+def install_chariot_routes(app: FastAPI, data_plane: ChariotDataPlane, settings: Settings, budget: BodyBudget) -> None:
     """Put the inference front (front.py) before MLServer's REST app, which keeps every other route; add the paths
     Chariot calls beside MLServer's, and make every error body `{"error": ...}`."""
     # Chariot's URLs end in a slash; MLServer would 307-redirect them to an absolute URL that is wrong behind
@@ -100,7 +97,7 @@ def install_chariot_routes(
         app.add_api_route(path, model_ready, methods=["GET"])
     app.add_api_route("/ready", ready, methods=["GET"])
 
-    limits = engine_limits()
+    engine = data_plane.engine
 
     async def on_engine_error(request: Request, exc: ChariotError) -> JSONResponse:
         return _error(exc.status_code, str(exc))
@@ -119,10 +116,10 @@ def install_chariot_routes(
         logger.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
         return _error(500, internal_error(exc))
 
-    app.add_middleware(BodyShape, max_elements=limits.max_elements, max_depth=config().max_json_depth)
+    app.add_middleware(BodyShape, max_elements=engine.max_elements, max_depth=engine.max_json_depth)
     app.add_middleware(JSONBodies)
     app.add_middleware(BodyLimit, max_bytes=MAX_CONTROL_BODY)
-    app.add_middleware(ShortErrors, max_chars=config().max_error_chars)
+    app.add_middleware(ShortErrors, max_chars=engine.max_error_chars)
     app.add_middleware(Framing)
     install_request_log(app, data_plane.model_name)
     # Outermost of the engine's middlewares: the one REST transport for inference (front.py).
@@ -130,11 +127,8 @@ def install_chariot_routes(
         InferenceFront,
         pipeline=data_plane.pipeline,
         settings=settings,
-        max_bytes=max_request_bytes,
-        max_elements=limits.max_elements,
-        max_depth=config().max_json_depth,
-        max_error_chars=config().max_error_chars,
-        max_inputs=limits.max_inputs,
+        engine=engine,
+        budget=budget,
     )
     app.add_exception_handler(ChariotError, on_engine_error)
     app.add_exception_handler(RequestValidationError, on_validation_error)

@@ -3,17 +3,20 @@ use of uvicorn's protocol internals lives here; tests/support/test_connection_in
 
 from __future__ import annotations
 
+import functools
 import http
 import json
 import logging
 import weakref
 from asyncio import TimerHandle
 from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from chariot_support.rest.middleware import RETRY_AFTER, send_error
-from chariot_support.settings import config
+from chariot_support.settings import DEFAULTS, EngineSettings
 
 logger = logging.getLogger("chariot_support")
 
@@ -95,11 +98,21 @@ class IdleLimitedProtocol(HttpToolsProtocol):
     _write_timer: TimerHandle | None = None  # the cut of a client that leaves its answer unread
     _table: ConnectionTable | None = None
 
+    def __init__(self, *args: Any, settings: EngineSettings = DEFAULTS, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.settings = settings
+
+    @classmethod
+    def bound(cls, settings: EngineSettings) -> Callable[..., IdleLimitedProtocol]:
+        """What uvicorn is given to make each connection's protocol: this class with the engine's settings (a
+        partial, which pickles, since MLServer sends its settings to parallel workers)."""
+        return functools.partial(cls, settings=settings)
+
     def connection_made(self, transport) -> None:
         super().connection_made(transport)
         self._table = _TABLES.get(self.server_state) or _TABLES.setdefault(self.server_state, ConnectionTable())
         self._table.activity[self] = None
-        if len(self.connections) > config().max_connections and not self._make_room():
+        if len(self.connections) > self.settings.max_connections and not self._make_room():
             self._shut(None, "refused_table_busy")
             return
         self.timeout_keep_alive_task = self.loop.call_later(self.timeout_keep_alive, self.timeout_keep_alive_handler)
@@ -122,10 +135,10 @@ class IdleLimitedProtocol(HttpToolsProtocol):
             if self._head_bytes > MAX_HEAD_BYTES:
                 self._shut(431, "head_too_long", f"the request's headers pass {MAX_HEAD_BYTES:,} bytes")
             elif self._timer is None:
-                self._timer = self.loop.call_later(config().header_timeout, self._head_late)
+                self._timer = self.loop.call_later(self.settings.header_timeout, self._head_late)
         elif self._in_body and self._timer is None:
             self._window_bytes = 0
-            self._timer = self.loop.call_later(config().body_timeout, self._body_window_ends)
+            self._timer = self.loop.call_later(self.settings.body_timeout, self._body_window_ends)
 
     def on_message_begin(self) -> None:
         self._in_head, self._head_bytes = True, 0
@@ -135,13 +148,13 @@ class IdleLimitedProtocol(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         self._in_head, self._in_body, self._body_bytes = False, True, 0
         self._cancel_timer()
-        if len(self.tasks) < config().max_connections or self.url.partition(b"?")[0] in HEALTH_PATHS:
+        if len(self.tasks) < self.settings.max_connections or self.url.partition(b"?")[0] in HEALTH_PATHS:
             super().on_headers_complete()
             return
         # As many requests in flight as connections allowed (those of clients that left run on): this one is
         # answered by `too_many_requests` instead of the app.
         self._table.count_closed(self.loop, "too_many_requests")
-        app, self.app = self.app, too_many_requests
+        app, self.app = self.app, functools.partial(too_many_requests, self.settings.max_connections)
         try:
             super().on_headers_complete()
         finally:
@@ -168,7 +181,7 @@ class IdleLimitedProtocol(HttpToolsProtocol):
         request's task for as long as it likes."""
         super().pause_writing()
         if self._write_timer is None:
-            self._write_timer = self.loop.call_later(config().body_timeout, self._answer_unread)
+            self._write_timer = self.loop.call_later(self.settings.body_timeout, self._answer_unread)
 
     def resume_writing(self) -> None:
         super().resume_writing()
@@ -194,9 +207,9 @@ class IdleLimitedProtocol(HttpToolsProtocol):
         self._timer = None
         # The engine stops reading while pipelined requests wait their turn: not the client's doing.
         if self.flow.read_paused:
-            self._timer = self.loop.call_later(config().header_timeout, self._head_late)
+            self._timer = self.loop.call_later(self.settings.header_timeout, self._head_late)
         elif self._in_head and not self.transport.is_closing():
-            limit = config().header_timeout
+            limit = self.settings.header_timeout
             self._shut(
                 408,
                 "head_late",
@@ -208,7 +221,7 @@ class IdleLimitedProtocol(HttpToolsProtocol):
         self._timer = None
         if not self._in_body or self.transport.is_closing():
             return
-        window, rate = config().body_timeout, config().min_body_rate
+        window, rate = self.settings.body_timeout, self.settings.min_body_rate
         held_back = self.flow.read_paused or (self.cycle is not None and self.cycle.waiting_for_100_continue)
         if held_back or self._window_bytes >= max(1, rate * 1024 * window):
             self._window_bytes = 0
@@ -238,7 +251,7 @@ class IdleLimitedProtocol(HttpToolsProtocol):
         every other connection has a request in flight."""
         for other in self._table.activity:
             if other is not self and other._evictable():
-                limit = config().max_connections
+                limit = self.settings.max_connections
                 other._shut(
                     503,
                     "closed_to_make_room",
@@ -281,8 +294,7 @@ class IdleLimitedProtocol(HttpToolsProtocol):
 ANSWERED = "chariot.answered"
 
 
-async def too_many_requests(scope, receive, send) -> None:
-    limit = config().max_connections
+async def too_many_requests(limit: int, scope, receive, send) -> None:
     message = f"the engine is answering its most requests at once (CHARIOT_MAX_CONNECTIONS, {limit}): retry shortly"
     await send_error(send, 503, message, close=True)
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import ctypes.util
-import functools
 import gc
 import logging
 import threading
@@ -16,9 +15,8 @@ from contextlib import contextmanager
 
 from chariot_support.errors import ChariotError
 from chariot_support.protocols.images import image_header
-from chariot_support.protocols.limits import Limits
 from chariot_support.protocols.request import ImageInput
-from chariot_support.settings import EngineSettings, config
+from chariot_support.settings import EngineSettings
 
 logger = logging.getLogger("chariot_support")
 
@@ -44,9 +42,8 @@ class MemoryBudget:
     """Admits requests while the decoded pixels of those in flight fit the budget; the rest wait briefly, then get
     a 503. A request that could never fit is a 413 that names the setting to raise."""
 
-    def __init__(self, settings: EngineSettings, limits: Limits):
+    def __init__(self, settings: EngineSettings):
         self._settings = settings
-        self._limits = limits
         self._capacity = settings.decode_budget_mb << 20
         self._used = 0
         self._room = threading.Condition()
@@ -57,7 +54,7 @@ class MemoryBudget:
         never be served."""
         pixels = largest = 0
         for image in images:
-            width, height, _ = image_header(image.encoded, image.where, self._limits, image.item)
+            width, height, _ = image_header(image.encoded, image.where, self._settings, image.item)
             pixels += width * height
             largest = max(largest, width * height)
         if pixels > self._settings.max_request_pixels:
@@ -242,10 +239,3 @@ def _reclaim_soon() -> None:
         loop.run_in_executor(None, trim_heap)
 
     _reclaiming.append(loop.call_later(RECLAIM_DELAY, run))
-
-
-@functools.cache
-def body_budget() -> BodyBudget:
-    """The process's one body budget, made on first use in the serving process."""
-    chosen = config()
-    return BodyBudget(chosen.body_budget_mb << 20, chosen.admission_wait)

@@ -13,8 +13,6 @@ from mlserver.handlers import DataPlane, ModelRepositoryHandlers
 from mlserver.repository import ModelRepository
 from mlserver.settings import ModelSettings
 from mlserver.types import (
-    InferenceRequest,
-    InferenceResponse,
     MetadataModelResponse,
     MetadataServerResponse,
     RepositoryIndexRequest,
@@ -23,12 +21,11 @@ from mlserver.types import (
 
 from chariot_support import model_id as model_id_rule
 from chariot_support.errors import ChariotError, DoesNotStream, NotFound
-from chariot_support.protocols import v2_rest as v2
 from chariot_support.seams.mlserver import (
     SERVING_ERRORS,
 )
 from chariot_support.serving.pipeline import Pipeline
-from chariot_support.settings import config
+from chariot_support.settings import EngineSettings
 
 logger = logging.getLogger("chariot_support")
 
@@ -37,11 +34,12 @@ class ChariotDataPlane:
     """MLServer's data plane with Chariot's model naming, request ids and not-found messages, shared by REST
     and gRPC."""
 
-    def __init__(self, inner: DataPlane, model_registry: Any, *, model_name: str, pinned: bool):
+    def __init__(self, inner: DataPlane, model_registry: Any, *, model_name: str, engine: EngineSettings):
         self._inner = inner
+        self.engine = engine  # the engine's settings, for every transport in front of it
         self.model_registry = model_registry
         self.model_name = model_name
-        self._pinned = pinned
+        self._pinned = bool(engine.model_id)  # CHARIOT_MODEL_ID: only that name reaches the model
         self.workers = None  # the WorkerWatch (workers.py), when the model runs in parallel workers
         self.pipeline = Pipeline(self, inner)  # every inference request's one way to the model
 
@@ -81,11 +79,10 @@ class ChariotDataPlane:
                 f"model {name!r} is not loaded: load it with POST /v2/repository/models/{name}/load", 404
             ) from None
 
-    async def infer(self, payload: InferenceRequest, name: str, version: str | None = None) -> InferenceResponse:
-        """MLServer's inference API, answered by the engine's one pipeline like every other request."""
-        headers = (payload.parameters.headers if payload.parameters is not None else None) or {}
-        answer = await self.pipeline.answer(v2.request_from_model(payload), headers, name, version)
-        return InferenceResponse.model_validate_json(v2.render(answer))
+    async def infer(self, payload: Any, name: str, version: str | None = None) -> Any:
+        # MLServer's way to a model, which the engine's transports never take: every request goes through the
+        # pipeline (self.pipeline.answer), so that none skips its checks, limits, logs or metrics.
+        raise ChariotError("inference is answered by the engine's pipeline, not MLServer's data plane", 500)
 
     async def ready(self) -> bool:
         # MLServer calls a server with no models ready; an engine is ready only once its model is loaded.
@@ -137,10 +134,9 @@ class ChariotRepositoryHandlers:
     async def index(self, payload: RepositoryIndexRequest) -> RepositoryIndexResponse:
         return await self._inner.index(payload)
 
-    @staticmethod
-    def _check_open(verb: str) -> None:
+    def _check_open(self, verb: str) -> None:
         # Anyone who reaches the port could unload the model; the control plane is opt-in.
-        if not config().repository_api:
+        if not self._data_plane.engine.repository_api:
             raise ChariotError(f"repository {verb} is turned off on this engine; set CHARIOT_REPOSITORY_API=1", 403)
 
     async def load(self, name: str) -> bool:

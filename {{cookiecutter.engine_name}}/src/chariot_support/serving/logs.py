@@ -14,7 +14,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 from chariot_support.seams.mlserver import current_model_name
-from chariot_support.settings import config
 
 HANDLER_NAME = "chariot_json_lines"
 requests_logger = logging.getLogger("chariot_support.requests")
@@ -47,17 +46,12 @@ class JSONLines(logging.Formatter):
         return json.dumps(entry, default=str)
 
 
-def log_level() -> int:
-    return logging.getLevelName(config().log_level)
-
-
-def logging_config(*, mlserver_debug: bool = False) -> dict[str, Any]:
+def logging_config(level: str, *, mlserver_debug: bool = False) -> dict[str, Any]:
     """The engine's logging, for `logging.config.dictConfig`: its own records, MLServer's and uvicorn's, one JSON
     object per line on stdout at CHARIOT_LOG_LEVEL (MLServer's at DEBUG when MLSERVER_DEBUG asks for it).
 
     The engine hands it to MLServer as `logging_settings`, which MLServer applies in each parallel worker and
     passes to uvicorn as its log configuration: every process of the engine writes the same lines."""
-    level = logging.getLevelName(log_level())
     own = {"handlers": [HANDLER_NAME], "level": level, "propagate": False}
     return {
         "version": 1,

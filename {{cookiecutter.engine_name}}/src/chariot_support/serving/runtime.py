@@ -5,21 +5,17 @@ from __future__ import annotations
 import asyncio
 import gc
 import importlib
-import itertools
 import json
 import logging
-import queue
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 import cv2
 from mlserver import MLModel
-from mlserver.types import InferenceRequest, InferenceResponse
 
 from chariot_support.errors import (
     ChariotError,
@@ -32,16 +28,16 @@ from chariot_support.errors import (
 from chariot_support.model.base import ChariotModel
 from chariot_support.model.image import Image
 from chariot_support.model.tasks import TaskType, select, to_json, validate_results
-from chariot_support.protocols import v2_rest as v2
 from chariot_support.protocols.chariot_v2_kserve import parse_request
 from chariot_support.protocols.images import decode_image
-from chariot_support.protocols.limits import Limits
-from chariot_support.protocols.request import Answer, Answered, ImageInput, ParsedRequest, Request
+from chariot_support.protocols.request import Answered, ImageInput, ParsedRequest, Request
 from chariot_support.serving.admission import MemoryBudget, Overloaded, StuckThreads
-from chariot_support.serving.batching import Batcher, BatchSettings, batch_settings
-from chariot_support.serving.copies import ModelCopies, copies_wanted, threads_per_call
+from chariot_support.serving.batching import Batcher
+from chariot_support.serving.copies import ModelCopies, threads_per_call
 from chariot_support.serving.logs import note_request_id
-from chariot_support.settings import config
+from chariot_support.serving.plan import ServingPlan
+from chariot_support.serving.threads import Call, Overran, Threads, expire, settle
+from chariot_support.settings import EngineSettings
 
 logger = logging.getLogger("chariot_support")
 T = TypeVar("T")
@@ -85,128 +81,6 @@ def validate_explanations(explanations: Any, count: int) -> list[dict]:
     return list(explanations)
 
 
-def engine_limits() -> Limits:
-    """The request limits the engine's settings give."""
-    chosen = config()
-    return Limits(
-        max_inputs=chosen.max_inputs, max_image_pixels=chosen.max_image_pixels, max_elements=chosen.max_elements
-    )
-
-
-class _Overran(Exception):
-    """CHARIOT_PREDICT_TIMEOUT passed before the worker thread answered."""
-
-
-def _settle(answer: asyncio.Future, job: Future) -> None:
-    """Hand a finished job's result or error to the request waiting on `answer`, unless it already gave up."""
-    if answer.done():
-        return
-    error = job.exception()
-    if error is not None:
-        answer.set_exception(error)
-    else:
-        answer.set_result(job.result())
-
-
-def _expire(answer: asyncio.Future) -> None:
-    if not answer.done():
-        answer.set_exception(_Overran())
-
-
-@dataclass
-class _Call:
-    """One request on its way through a worker thread, as the timeout sees it."""
-
-    request_id: str | None
-    deadline: float
-    in_predict: bool = False
-    overran: bool = False
-
-
-class _Workers:
-    """The daemon threads that decode images and run predict.
-
-    Python cannot stop a thread from outside, so a predict that overruns CHARIOT_PREDICT_TIMEOUT keeps its thread
-    until it returns by itself. That thread is written off: a new one takes its place, so the others keep being
-    served, and the old one leaves when its predict returns. Daemon threads, so that a predict that never returns
-    does not keep the process alive after SIGTERM.
-    """
-
-    def __init__(self, size: int, stuck: StuckThreads):
-        self._size = size
-        self.stuck = stuck
-        self._started = itertools.count()
-        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
-        for _ in range(size):
-            self._start()
-
-    def _start(self) -> None:
-        threading.Thread(target=self._work, name=f"chariot-{next(self._started)}", daemon=True).start()
-
-    def submit(self, fn, *args) -> Future:
-        future: Future = Future()
-        self._jobs.put((future, fn, args))
-        return future
-
-    def write_off(self, future: Future) -> None:
-        future.written_off = True
-        if self.stuck.written_off():
-            self._start()
-
-    def _work(self) -> None:
-        while (job := self._jobs.get()) is not None:
-            future, fn, args = job
-            if not future.set_running_or_notify_cancel():
-                continue  # its request timed out while it waited in the queue
-            try:
-                future.set_result(fn(*args))
-            except BaseException as exc:
-                future.set_exception(exc)
-            if getattr(future, "written_off", False) and not self.stuck.returned():
-                return
-            # An idle thread would otherwise hold its last request (body, images, answer) until the next one came.
-            del job, future, fn, args
-
-    def shutdown(self) -> None:
-        for _ in range(self._size):
-            self._jobs.put(None)
-
-
-@dataclass(frozen=True)
-class ServingPlan:
-    """How the engine's settings have a model class served, worked out in one place: the runtime loads and runs the
-    model so, and the engine states it in its start-up log line."""
-
-    threads: int  # CHARIOT_THREADS: the threads that decode images and run predict
-    copies: int
-    thread_safe: bool
-    inline: bool  # CHARIOT_PREDICT_INLINE
-    batching: BatchSettings | None
-
-    @classmethod
-    def of(cls, model_class: type[ChariotModel]) -> ServingPlan:
-        settings = config()
-        return cls(
-            threads=settings.threads,
-            copies=copies_wanted(model_class, settings.threads, settings.model_copies),
-            thread_safe=model_class.thread_safe,
-            inline=settings.predict_inline,
-            batching=batch_settings(settings),
-        )
-
-    @property
-    def calls_at_once(self) -> int:
-        """Predicts that may run at once: one per thread for a thread-safe model, one per copy otherwise."""
-        return 1 if self.inline else self.threads if self.thread_safe else self.copies
-
-    @property
-    def pool_threads(self) -> int:
-        # Decoding and most predict work release the GIL, so threads keep both cores busy. Requests waiting for
-        # their batch hold a thread each, doing nothing: room for one batch in predict and the next gathering.
-        waiting = 2 * self.batching.max_size if self.batching is not None else 0
-        return 0 if self.inline else self.threads + waiting
-
-
 class ChariotRuntime(MLModel):
     """Loads the author's ChariotModel and answers inference requests with it."""
 
@@ -216,11 +90,12 @@ class ChariotRuntime(MLModel):
     async def load(self) -> bool:
         extra = self.settings.parameters.extra if self.settings.parameters else {}
         model_class = import_model_class(extra["model_class"])
+        settings = EngineSettings.from_json(extra["engine_settings"])
         self._task = model_class.task_type
-        self._limits = engine_limits()
-        plan = ServingPlan.of(model_class)
+        self._limits = settings
+        plan = ServingPlan.of(model_class, settings)
         self._inline = plan.inline
-        model_dir = config().model_dir
+        model_dir = settings.model_dir
         if not model_dir.is_dir():
             logger.warning(
                 "MODEL_DIR is %s, which does not exist: the model loads with no files. If it reads weights or labels,"
@@ -248,9 +123,9 @@ class ChariotRuntime(MLModel):
                 parallel=self._copies.count,
                 **vars(plan.batching),
             )
-        self._workers = _Workers(plan.pool_threads, StuckThreads(config().max_stuck_threads))
-        self._budget = MemoryBudget(config(), self._limits)
-        self._timeout = config().predict_timeout
+        self._threads = Threads(plan.pool_threads, StuckThreads(settings.max_stuck_threads))
+        self._budget = MemoryBudget(settings)
+        self._timeout = settings.predict_timeout
         self._state_lock = threading.Lock()  # orders the timeout's view of a call against the call finishing
         where = f"from {model_dir}" if model_dir.is_dir() else f"without files ({model_dir} does not exist)"
         copies = "" if plan.thread_safe else f", {plan.copies} cop{'y' if plan.copies == 1 else 'ies'}"
@@ -269,14 +144,14 @@ class ChariotRuntime(MLModel):
     def stuck(self) -> bool:
         """Whether every copy of a model that is not thread-safe is held by a predict that overran its timeout, or
         CHARIOT_MAX_STUCK_THREADS threads are still inside predicts that overran."""
-        return self._copies.stuck or self._workers.stuck.full
+        return self._copies.stuck or self._threads.stuck.full
 
     async def unload(self) -> bool:
-        workers = getattr(self, "_workers", None)  # none when the model failed to load
+        threads = getattr(self, "_threads", None)  # none when the model failed to load
         if self._batcher is not None:
             self._batcher.stop()
-        if workers is not None:
-            workers.shutdown()
+        if threads is not None:
+            threads.shutdown()
         return True
 
     async def answer(self, request: Request, request_id: str, explain: bool = False) -> Answered:
@@ -286,36 +161,29 @@ class ChariotRuntime(MLModel):
         note_request_id(request_id)  # a request that fails here is still logged under its id
         return await self._within_timeout(request_id, self._answer, request, request_id, explain)
 
-    async def predict(self, payload: InferenceRequest) -> InferenceResponse:
-        """MLServer's own entry, kept for its API: the same answer, as MLServer's response object."""
-        request = v2.request_from_model(payload)
-        answered = await self.answer(request, payload.id or "", False)
-        answer = Answer(answered, payload.id or "", self.name, self.version, {})
-        return InferenceResponse.model_validate_json(v2.render(answer))
-
     async def _within_timeout(self, request_id: str | None, work, *args):
         """Run `work(*args, call)` on a worker thread; past CHARIOT_PREDICT_TIMEOUT the client gets a 504."""
-        if self._workers.stuck.full:
+        if self._threads.stuck.full:
             raise Overloaded(
-                f"{self._workers.stuck.cap} predicts that overran CHARIOT_PREDICT_TIMEOUT are still running"
+                f"{self._threads.stuck.cap} predicts that overran CHARIOT_PREDICT_TIMEOUT are still running"
                 " (CHARIOT_MAX_STUCK_THREADS); the engine takes requests again when one returns"
             )
-        call = _Call(request_id, time.monotonic() + self._timeout)
+        call = Call(request_id, time.monotonic() + self._timeout)
         if self._inline:
             return work(*args, call)
         # One loop future, settled by the worker thread or by the timer, whichever comes first: a fraction of the
         # cost of wrap_future and wait_for, paid on every request.
         loop = asyncio.get_running_loop()
         answer = loop.create_future()
-        job = self._workers.submit(work, *args, call)
-        job.add_done_callback(lambda done: loop.call_soon_threadsafe(_settle, answer, done))
-        timer = loop.call_later(self._timeout, _expire, answer)
+        job = self._threads.submit(work, *args, call)
+        job.add_done_callback(lambda done: loop.call_soon_threadsafe(settle, answer, done))
+        timer = loop.call_later(self._timeout, expire, answer)
         try:
             return await answer
         except asyncio.CancelledError:
             job.cancel()  # the request is gone: if its work has not started, it never will
             raise
-        except _Overran:
+        except Overran:
             job.cancel()
             self._overran(job, call)
             raise PredictTimeout(
@@ -325,10 +193,10 @@ class ChariotRuntime(MLModel):
         finally:
             timer.cancel()
 
-    def _overran(self, job: Future, call: _Call) -> None:
+    def _overran(self, job: Future, call: Call) -> None:
         logger.error("request %s: no answer within CHARIOT_PREDICT_TIMEOUT (%g s)", call.request_id, self._timeout)
         if job.running():
-            self._workers.write_off(job)
+            self._threads.write_off(job)
         with self._state_lock:
             if call.in_predict and not self._copies.shared:
                 # This call holds a copy that runs one predict at a time: count it out, rather than queue requests
@@ -343,7 +211,7 @@ class ChariotRuntime(MLModel):
                     "; the engine reports not ready until it returns" if self._copies.stuck else "",
                 )
 
-    def _call_model(self, call: _Call, method: str, *args):
+    def _call_model(self, call: Call, method: str, *args):
         """The model's predict or explain on a free model instance (one call at a time per copy unless the model
         is thread-safe)."""
         if self._copies.stuck:
@@ -377,7 +245,7 @@ class ChariotRuntime(MLModel):
         """
         if len(items) < 2 or self._inline:
             return [work(item) for item in items]
-        futures = [self._workers.submit(work, item) for item in items[1:]]
+        futures = [self._threads.submit(work, item) for item in items[1:]]
         try:
             results = [work(items[0])]
             for item, future in zip(items[1:], futures, strict=True):
@@ -387,13 +255,13 @@ class ChariotRuntime(MLModel):
             for future in futures:
                 future.cancel()
 
-    def _decode(self, image: ImageInput, call: _Call):
+    def _decode(self, image: ImageInput, call: Call):
         # A request whose client already had its 504 decodes nothing more.
         if time.monotonic() > call.deadline:
             raise PredictTimeout(f"the request ran out of CHARIOT_PREDICT_TIMEOUT ({self._timeout:g} s) while decoding")
         return decode_image(image.encoded, image.where, self._limits, image.item)
 
-    def _answer(self, request: Request, request_id: str, explain: bool, call: _Call) -> Answered:
+    def _answer(self, request: Request, request_id: str, explain: bool, call: Call) -> Answered:
         parsed = parse_request(request, self._task, self._limits)
         with self._budget.admit(parsed.images, call.deadline):
             images, chosen = self._results(parsed, call)
@@ -406,7 +274,7 @@ class ChariotRuntime(MLModel):
             explanations=None if explanations is None else tuple(explanations),
         )
 
-    def _results(self, request: ParsedRequest, call: _Call) -> tuple[list[Image], list[list[Any]]]:
+    def _results(self, request: ParsedRequest, call: Call) -> tuple[list[Image], list[list[Any]]]:
         """Decode, predict, check and select: each image's results as the engine answers them."""
         pixels = self._map(lambda i: self._decode(i, call), request.images)
         images = [
@@ -432,7 +300,7 @@ class ChariotRuntime(MLModel):
         ]
         return images, chosen
 
-    def _predict(self, images: list[Image], tensors: Mapping[str, Any], calls: list[_Call]) -> list[list[Any]]:
+    def _predict(self, images: list[Image], tensors: Mapping[str, Any], calls: list[Call]) -> list[list[Any]]:
         """Predict, as the first of `calls` (more than one when requests are batched), and check the results."""
 
         def who() -> str:
@@ -452,7 +320,7 @@ class ChariotRuntime(MLModel):
             raise
 
     def _explain(
-        self, images: list[Image], request: ParsedRequest, chosen: list[list[Any]], request_id: str, call: _Call
+        self, images: list[Image], request: ParsedRequest, chosen: list[list[Any]], request_id: str, call: Call
     ) -> list[dict]:
         try:
             explanations = self._call_model(call, "explain", images, request.tensors, chosen)

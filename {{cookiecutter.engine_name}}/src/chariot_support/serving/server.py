@@ -27,11 +27,12 @@ from chariot_support.seams.mlserver import (
     set_uvicorn_options,
 )
 from chariot_support.seams.uvicorn import IdleLimitedProtocol
+from chariot_support.serving.admission import BodyBudget
 from chariot_support.serving.data_plane import ChariotDataPlane, ChariotRepositoryHandlers, EngineRepository
 from chariot_support.serving.logs import logging_config
-from chariot_support.serving.runtime import ServingPlan
+from chariot_support.serving.plan import ServingPlan
 from chariot_support.serving.workers import WorkerWatch
-from chariot_support.settings import config
+from chariot_support.settings import EngineSettings, config
 
 logger = logging.getLogger("chariot_support")
 
@@ -50,20 +51,20 @@ ENGINE_DEFAULTS: dict[str, Any] = {
 }
 
 
-def engine_settings() -> Settings:
+def engine_settings(engine: EngineSettings) -> Settings:
     """MLServer's settings with the engine's defaults. CHARIOT_MAX_REQUEST_MB limits a request's size: the REST body,
     and gRPC's messages unless MLSERVER_GRPC_MAX_MESSAGE_LENGTH sets those apart. MLServer's response cache is
     refused: every request is answered by the model (a cache would answer a repeated photo from memory, skipping
     the engine's checks and metrics)."""
     defaults = {
         **ENGINE_DEFAULTS,
-        "grpc_max_message_length": config().max_request_mb << 20,
+        "grpc_max_message_length": engine.max_request_mb << 20,
     }
     overrides = {k: v for k, v in defaults.items() if f"MLSERVER_{k.upper()}" not in os.environ}
     settings = Settings(**overrides)
     if "MLSERVER_LOGGING_SETTINGS" not in os.environ:
         # MLServer applies it here, in each parallel worker, and to uvicorn's loggers: JSON lines from every process.
-        settings.logging_settings = logging_config(mlserver_debug=settings.debug)
+        settings.logging_settings = logging_config(engine.log_level, mlserver_debug=settings.debug)
     if settings.cache_enabled:
         raise ValueError(
             "MLSERVER_CACHE_ENABLED is not supported by this engine: each request is answered by the model; unset it"
@@ -76,8 +77,8 @@ def engine_settings() -> Settings:
     # every request.
     set_uvicorn_options(
         settings,
-        timeout_keep_alive=config().keep_alive,
-        http=IdleLimitedProtocol,
+        timeout_keep_alive=engine.keep_alive,
+        http=IdleLimitedProtocol.bound(engine),
         # An engine serves no WebSockets; left on when a model's dependencies install a WebSocket library, an upgrade
         # would take connections out of the bounded protocol's hands.
         ws="none",
@@ -86,15 +87,15 @@ def engine_settings() -> Settings:
     return settings
 
 
-def model_id_from_env(default_model_id: str) -> str:
-    model_id = config().model_id.lower() or default_model_id
+def model_id_from_env(default_model_id: str, engine: EngineSettings) -> str:
+    model_id = engine.model_id.lower() or default_model_id
     wrong = model_id_rule.problem(model_id)
     if wrong:
         raise ValueError(wrong)
     return model_id
 
 
-def model_settings(model_class: type[ChariotModel], model_id: str) -> ModelSettings:
+def model_settings(model_class: type[ChariotModel], model_id: str, engine: EngineSettings) -> ModelSettings:
     if model_class.__module__ == "__main__":
         raise TypeError(
             f"define {model_class.__name__} in an importable module (such as model.py), not in __main__:"
@@ -102,7 +103,7 @@ def model_settings(model_class: type[ChariotModel], model_id: str) -> ModelSetti
         )
     image = MetadataTensor(name="image", datatype="BYTES", shape=[1], parameters={"content_type": "base64"})
     result = MetadataTensor(name="image", datatype="BYTES", shape=[1], parameters={"content_type": "json"})
-    version = config().model_version
+    version = engine.model_version
     return ModelSettings(
         name=f"m-{model_id}",
         implementation="chariot_support.serving.runtime.ChariotRuntime",
@@ -112,7 +113,11 @@ def model_settings(model_class: type[ChariotModel], model_id: str) -> ModelSetti
         outputs=[result],
         parameters=ModelParameters(
             version=version,
-            extra={"model_class": f"{model_class.__module__}:{model_class.__qualname__}"},
+            # The runtime is handed the engine's settings with the model, in this process or a parallel worker.
+            extra={
+                "model_class": f"{model_class.__module__}:{model_class.__qualname__}",
+                "engine_settings": engine.to_json(),
+            },
         ),
     )
 
@@ -122,10 +127,13 @@ class ChariotServer(EngineServer):
 
     grpc_servicer = ChariotInferenceServicer
 
-    def __init__(self, settings: Settings, *, model: ModelSettings, pinned: bool):
-        self._chariot_model = (model, pinned)
-        self.grpc_grace = config().grpc_grace
-        self.predict_timeout = config().predict_timeout
+    def __init__(self, settings: Settings, *, model: ModelSettings, engine: EngineSettings):
+        self.model = model
+        self.engine = engine
+        # Bytes of every request body in flight, REST and gRPC alike.
+        self.body_budget = BodyBudget(engine.body_budget_mb << 20, engine.admission_wait)
+        self.grpc_grace = engine.grpc_grace
+        self.predict_timeout = engine.predict_timeout
         super().__init__(settings)
 
     def grpc_limits(self, settings: Settings) -> tuple[CallLimits, list[tuple[str, Any]]]:
@@ -137,14 +145,14 @@ class ChariotServer(EngineServer):
         # stream's window, so gRPC took in the messages of calls still waiting their turn (forty 60 MiB calls
         # peaked at 2.0-3.0 GB with it, 1.3-1.5 GB without); a message being read still gets the window it needs.
         waiting = ("grpc.server.max_pending_requests", "grpc.server.max_pending_requests_hard_limit")
-        return CallLimits(config()), [
+        return CallLimits(self.engine, self.body_budget), [
             *((option, GRPC_WAITING_CALLS) for option in waiting),
             ("grpc.http2.bdp_probe", 0),
         ]
 
     def engine_parts(self, data_plane: DataPlane, model_registry: Any):
-        model, pinned = self._chariot_model
-        chariot_plane = ChariotDataPlane(data_plane, model_registry, model_name=model.name, pinned=pinned)
+        model = self.model
+        chariot_plane = ChariotDataPlane(data_plane, model_registry, model_name=model.name, engine=self.engine)
         repository = EngineRepository(model)
         handlers = ChariotRepositoryHandlers(ModelRepositoryHandlers(repository, model_registry), chariot_plane)
         self._chariot_plane = chariot_plane
@@ -157,29 +165,28 @@ class ChariotServer(EngineServer):
 
     def install_routes(self, rest_app: FastAPI, metrics_app: FastAPI | None) -> None:
         data_plane = self._chariot_plane
-        install_chariot_routes(rest_app, data_plane, self.settings, config().max_request_mb << 20)
+        install_chariot_routes(rest_app, data_plane, self.settings, self.body_budget)
         install_legacy_routes(rest_app, data_plane.pipeline)
-        close_api_pages(rest_app, metrics_app)
+        close_api_pages(rest_app, metrics_app, api_docs=self.engine.api_docs)
 
 
-def close_api_pages(app: FastAPI, metrics_app: FastAPI | None) -> None:
+def close_api_pages(app: FastAPI, metrics_app: FastAPI | None, *, api_docs: bool) -> None:
     """Take out what an engine does not serve: MLServer's generate routes (it serves no language model), and,
     unless CHARIOT_API_DOCS turns them on, the API docs pages and OpenAPI schemas of both servers."""
 
     def served(path: str) -> bool:
         if path.endswith(("/generate", "/generate_stream")):
             return False
-        return config().api_docs or not (path == "/openapi.json" or "/docs" in path or path == "/redoc")
+        return api_docs or not (path == "/openapi.json" or "/docs" in path or path == "/redoc")
 
     for each in (app, metrics_app):
         if each is not None:
             each.router.routes[:] = [r for r in each.router.routes if served(getattr(r, "path", ""))]
 
 
-def log_settings(settings: Settings, plan: ServingPlan) -> None:
+def log_settings(settings: Settings, engine: EngineSettings, plan: ServingPlan) -> None:
     """One line saying how the engine serves, as its settings and the model's class work out: processes, threads,
     copies, batching and limits, in words and, for log tools, as the `settings` field."""
-    engine = config()
     batching = plan.batching
     fields = {
         "workers": settings.parallel_workers,
@@ -223,11 +230,16 @@ def log_settings(settings: Settings, plan: ServingPlan) -> None:
     )
 
 
+def build_server(model_class: type[ChariotModel], model_id: str, engine: EngineSettings) -> ChariotServer:
+    """The engine's server for `model_class`, answering as m-<model_id>, with `engine`'s settings (build it on the
+    event loop it will serve on: MLServer sets signal handlers there)."""
+    return ChariotServer(engine_settings(engine), model=model_settings(model_class, model_id, engine), engine=engine)
+
+
 async def _serve(model_class: type[ChariotModel], default_model_id: str) -> None:
-    settings = engine_settings()
-    model_id = model_id_from_env(default_model_id)
-    model = model_settings(model_class, model_id)
-    server = ChariotServer(settings, model=model, pinned=bool(config().model_id))
+    engine = config()  # read from the environment here, once, and handed to every part from here on
+    server = build_server(model_class, model_id_from_env(default_model_id, engine), engine)
+    settings, model = server.settings, server.model
     logger.info(
         "serving %s as %s on REST :%s and gRPC :%s",
         model_class.task_type.value,
@@ -235,7 +247,7 @@ async def _serve(model_class: type[ChariotModel], default_model_id: str) -> None
         settings.http_port,
         settings.grpc_port,
     )
-    log_settings(settings, ServingPlan.of(model_class))
+    log_settings(settings, engine, ServingPlan.of(model_class, engine))
     await server.start([model])
 
 

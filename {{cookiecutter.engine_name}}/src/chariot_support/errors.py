@@ -60,6 +60,30 @@ class ModelLoading(ChariotError):
     status_code_default = 503
 
 
+class WorkersDown(ChariotError):
+    """No parallel worker can take a request right now (503)."""
+
+    status_code_default = 503
+
+
+class NotImplementedByModel(ChariotError):
+    """The route exists but the engine's model does not provide it (501)."""
+
+    status_code_default = 501
+
+
+class TooLarge(ChariotError):
+    """The request can never be served under this engine's settings (413)."""
+
+    status_code_default = 413
+
+
+class Overloaded(ChariotError):
+    """The engine has no room for the request now; it may have later (503, with Retry-After)."""
+
+    status_code_default = 503
+
+
 class DoesNotStream(ChariotError):
     """Streaming inference is not served (501)."""
 

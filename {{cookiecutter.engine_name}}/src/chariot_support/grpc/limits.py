@@ -16,8 +16,9 @@ from grpc import aio
 from prometheus_client import REGISTRY
 from prometheus_client import Counter as PrometheusCounter
 
+from chariot_support.errors import Overloaded
 from chariot_support.protocols.v2_grpc import fields_past
-from chariot_support.serving.admission import LARGE_BODY, BodyBudget, Overloaded
+from chariot_support.serving.admission import LARGE_BODY, BodyBudget
 from chariot_support.settings import EngineSettings
 
 logger = logging.getLogger("chariot_support")

@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 
 from chariot_support.errors import BadRequest
-from chariot_support.protocols.chariot_v2_kserve import check_base64
+from chariot_support.protocols.chariot_v2_kserve import check_base64, refuse_reserved
 from chariot_support.protocols.images import IMAGE_MAGIC
 from chariot_support.protocols.request import Place, Request, Tensor
 
@@ -26,7 +26,6 @@ JSONL_TYPES = ("application/jsonl", "application/x-ndjson", "application/ndjson"
 # a run of blank lines is skipped in C: 64 MiB of newlines took 37 s line by line in Python.
 _CONTENT = re.compile(rb"\S")
 # Keys MLServer's Parameters reads as its own fields: as image parameters they would turn an image into text.
-_RESERVED = ("content_type", "headers")
 _KEYS = ("input", "parameters")
 # The Open Inference Protocol's binary-data extension sends a JSON head whose inputs give their `binary_data_size`,
 # then the tensors' raw bytes: what tritonclient's HTTP client sends unless told binary_data=False.
@@ -217,7 +216,7 @@ def _json_input(value: Any, place: Place, name: str) -> Tensor:
         parameters = {}
     if not isinstance(parameters, dict):
         raise BadRequest(f"{where}: 'parameters' must be a JSON object, got {type(parameters).__name__}")
-    return Tensor(name, [image], parameters=_settings(parameters, f"{where}: 'parameters'") or None, place=place)
+    return Tensor(name, [image], parameters=refuse_reserved(parameters, f"{where}: 'parameters'") or None, place=place)
 
 
 def _header_parameters(value: str | None) -> dict:
@@ -230,14 +229,7 @@ def _header_parameters(value: str | None) -> dict:
             f'{where} must be a JSON object such as {{"action": "detect", "score_threshold": 0.5}},'
             f" got {type(parameters).__name__}"
         )
-    return _settings(parameters, where)
-
-
-def _settings(values: dict, where: str) -> dict:
-    reserved = [k for k in _RESERVED if k in values]
-    if reserved:
-        raise BadRequest(f"{where}: {reserved[0]!r} is not a setting this engine takes")
-    return values
+    return refuse_reserved(parameters, where)
 
 
 def render(results: list[bytes], form: Form) -> tuple[bytes, str]:

@@ -119,6 +119,19 @@ def parse_request(request: Any, task: TaskType, limits: EngineSettings = DEFAULT
     return ParsedRequest(images=tuple(images), tensors=tensors, metadata=metadata)
 
 
+# Parameters MLServer's codecs give a meaning of their own: never an image's setting.
+RESERVED_PARAMETERS = ("content_type", "headers")
+
+
+def refuse_reserved(values: Mapping[str, Any], where: str) -> Mapping[str, Any]:
+    """`values`, a request's settings sent apart from a V2 tensor (chariot-v2, KServe V1, TF Serving), unless one
+    of them is a name MLServer reserves."""
+    reserved = [k for k in RESERVED_PARAMETERS if k in values]
+    if reserved:
+        raise BadRequest(f"{where}: {reserved[0]!r} is not a setting this engine takes beside an image")
+    return values
+
+
 def read_metadata(parameters: Mapping[str, Any], where: str) -> str | None:
     """Chariot's metadata is a JSON-encoded string; it is checked, then passed through untouched."""
     if "metadata" not in parameters:

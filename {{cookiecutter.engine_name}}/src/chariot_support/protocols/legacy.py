@@ -13,10 +13,10 @@ import numpy as np
 import orjson
 from fastapi import FastAPI, Response
 
-from chariot_support.errors import BadRequest, ChariotError
+from chariot_support.errors import BadRequest, NotImplementedByModel
 from chariot_support.model.base import has_explain
 from chariot_support.model.tasks import TaskType
-from chariot_support.protocols.chariot_v2_kserve import check_base64
+from chariot_support.protocols.chariot_v2_kserve import check_base64, refuse_reserved
 from chariot_support.protocols.request import Answer, Tensor
 from chariot_support.protocols.request import Request as V2Request
 from chariot_support.seams.mlserver import SERVING_ERRORS, unwrap_worker_error
@@ -30,15 +30,6 @@ TOP_LEVEL = {
     "classify": ("examples", "context", "parameters", "signature_name"),
 }
 DEFAULT_SIGNATURE = "serving_default"
-# Keys MLServer's Parameters reads as its own fields: from a V1 body they would turn an image into text.
-_RESERVED = ("content_type", "headers")
-
-
-class NotImplementedByModel(ChariotError):
-    """The route exists but the engine's model does not provide it (501)."""
-
-    status_code_default = 501
-
 
 # --- reading requests ---------------------------------------------------------------------------------------
 
@@ -148,7 +139,7 @@ def _instance(item: Any, where: str) -> tuple[Any, dict]:
     if image is None:
         raise BadRequest(f'{where}.{keys[0]} is not an image: send {{"b64": "<base64 of the file>"}}')
     own = {k: v for k, v in item.items() if k != keys[0]}
-    return image, _settings(own, where)
+    return image, refuse_reserved(own, where)
 
 
 def _image_keys(item: Mapping[str, Any]) -> list[str]:
@@ -174,14 +165,7 @@ def _columns(columns: Mapping[str, Any]) -> tuple[list[Row], dict]:
     for row_name, (_, own) in rows:
         if own:
             raise BadRequest(f"{row_name} must be an image; in columnar 'inputs', settings are columns of their own")
-    return rows, _settings({k: v for k, v in columns.items() if k != name}, "inputs")
-
-
-def _settings(values: dict, where: str) -> dict:
-    reserved = [k for k in _RESERVED if k in values]
-    if reserved:
-        raise BadRequest(f"{where}: {reserved[0]!r} is not a setting this engine takes beside an image")
-    return values
+    return rows, refuse_reserved({k: v for k, v in columns.items() if k != name}, "inputs")
 
 
 def _image_value(value: Any, where: str) -> str | bytes | None:
@@ -226,7 +210,7 @@ def _request(rows: list[Row], shared: dict) -> V2Request:
     """Each row becomes one V2 image input, so V2's own checks and settings rules apply word for word."""
     return V2Request(
         inputs=[Tensor(name=name, data=[image], parameters=own or None) for name, (image, own) in rows],
-        parameters=_settings(shared, "parameters"),
+        parameters=refuse_reserved(shared, "parameters"),
     )
 
 

@@ -14,11 +14,10 @@ from google.protobuf.unknown_fields import UnknownFieldSet
 from mlserver.grpc import dataplane_pb2 as pb
 from mlserver.grpc.converters import ModelInferRequestConverter
 
-from chariot_support.errors import BadRequest
+from chariot_support.errors import BadRequest, TooLarge
 from chariot_support.protocols import v2_rest as v2
 from chariot_support.protocols.chariot_v2_kserve import plain_parameters
 from chariot_support.protocols.request import Answer, Request, Tensor
-from chariot_support.serving.admission import TooLarge
 
 
 def parse(request: pb.ModelInferRequest, most: int) -> Request:

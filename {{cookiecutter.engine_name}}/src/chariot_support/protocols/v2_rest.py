@@ -33,7 +33,7 @@ def parse(decoded: Any) -> Request:
     try:
         payload = InferenceRequest.model_validate(decoded)
     except ValidationError as error:
-        raise BadRequest(validation_message(error)) from None
+        raise BadRequest(validation_message(error.errors())) from None
     return request_from_model(payload)
 
 
@@ -52,12 +52,15 @@ def request_from_model(payload: Any) -> Request:
     return Request(inputs=inputs, parameters=parameters_of(payload.parameters) or None, id=payload.id)
 
 
-def validation_message(error: ValidationError) -> str:
-    """The first problem MLServer's request model found, named by its place in the body."""
-    first = error.errors()[0]
-    loc = first.get("loc", ())
+def validation_message(errors: list[dict], wanted: str = "a JSON object with an 'inputs' list") -> str:
+    """The first problem a pydantic model (MLServer's request, or a route's body) found, named by its place in the
+    body; a body that is not `wanted` at all says so."""
+    first = errors[0]
+    loc = [p for p in first.get("loc", ()) if p != "body"]  # FastAPI names a route's body "body"
+    if first.get("type") == "json_invalid":
+        return f"the request body is not valid JSON: {first.get('ctx', {}).get('error', first['msg'])}"
     if not loc:
-        return f"the request body must be a JSON object with an 'inputs' list ({first['msg']})"
+        return f"the request body must be {wanted} ({first['msg']})"
     path = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc).lstrip(".")
     return f"{path}: {first['msg']}"
 

@@ -11,6 +11,7 @@ from mlserver.settings import Settings
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from chariot_support.errors import ChariotError, DoesNotStream, internal_error
+from chariot_support.protocols.v2_rest import validation_message
 from chariot_support.rest.front import InferenceFront
 from chariot_support.rest.middleware import MAX_CONTROL_BODY, BodyLimit, BodyShape, Framing, JSONBodies, ShortErrors
 from chariot_support.serving.admission import BodyBudget
@@ -27,18 +28,6 @@ NOT_READY = (
 
 def _error(status_code: int, message: str) -> JSONResponse:
     return JSONResponse(status_code=status_code, content={"error": message})
-
-
-def _validation_message(exc: RequestValidationError, path: str) -> str:
-    first = exc.errors()[0]
-    loc = [p for p in first.get("loc", ()) if p != "body"]
-    if first.get("type") == "json_invalid":
-        return f"the request body is not valid JSON: {first.get('ctx', {}).get('error', first['msg'])}"
-    if not loc:
-        wanted = "a JSON object with an 'inputs' list" if path.rstrip("/").endswith("infer") else "a JSON object"
-        return f"the request body must be {wanted} ({first['msg']})"
-    path = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc).lstrip(".")
-    return f"{path}: {first['msg']}"
 
 
 def install_chariot_routes(app: FastAPI, data_plane: ChariotDataPlane, settings: Settings, budget: BodyBudget) -> None:
@@ -103,7 +92,7 @@ def install_chariot_routes(app: FastAPI, data_plane: ChariotDataPlane, settings:
         return _error(exc.status_code, str(exc))
 
     async def on_validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
-        return _error(400, _validation_message(exc, request.url.path))
+        return _error(400, validation_message(exc.errors(), "a JSON object"))
 
     async def on_http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         if exc.status_code == 404:

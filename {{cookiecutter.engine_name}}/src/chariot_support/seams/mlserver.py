@@ -32,16 +32,10 @@ from mlserver.types import InferenceResponse
 from mlserver.utils import extract_headers
 from starlette_exporter import PrometheusMiddleware
 
-from chariot_support.errors import ChariotError, ModelLoadFailed
+from chariot_support.errors import ChariotError, ModelLoadFailed, WorkersDown
 from chariot_support.rest.middleware import find_middleware
 
 logger = logging.getLogger("chariot_support")
-
-
-class WorkersDown(ChariotError):
-    """No parallel worker can take a request right now (503)."""
-
-    status_code_default = 503
 
 
 def signal_name(exit_code: int) -> str:

@@ -1,21 +1,19 @@
-"""What a request may hold while it is served: its body and the decoded pixels of its images against process-wide
-memory budgets, and the threads that predicts past CHARIOT_PREDICT_TIMEOUT keep. Both are read once from the environment."""
+"""What a request may hold while it is served: its body and the decoded pixels of its images against the engine's
+memory budgets, and the threads that predicts past CHARIOT_PREDICT_TIMEOUT keep."""
 
 from __future__ import annotations
 
 import asyncio
-import ctypes
-import ctypes.util
-import gc
 import logging
 import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
-from chariot_support.errors import ChariotError
+from chariot_support.errors import Overloaded, TooLarge
 from chariot_support.protocols.images import image_header
 from chariot_support.protocols.request import ImageInput
+from chariot_support.serving.memory import RECLAIM_AFTER_BYTES, reclaim_soon
 from chariot_support.settings import EngineSettings
 
 logger = logging.getLogger("chariot_support")
@@ -24,18 +22,6 @@ BYTES_PER_PIXEL = 3  # decoded images are RGB uint8
 # A body (or gRPC message) this large is parsed off the event loop: copying 60 MiB of protobuf held the loop, and
 # every health check waiting on it, for about 40 ms a copy.
 LARGE_BODY = 1 << 20
-
-
-class TooLarge(ChariotError):
-    """The request can never be served under this engine's settings (413)."""
-
-    status_code_default = 413
-
-
-class Overloaded(ChariotError):
-    """The engine has no room for the request now; it may have later (503, with Retry-After)."""
-
-    status_code_default = 503
 
 
 class MemoryBudget:
@@ -174,7 +160,7 @@ class BodyBudget:
         self._released += size
         if self._released >= RECLAIM_AFTER_BYTES:
             self._released = 0
-            _reclaim_soon()
+            reclaim_soon()
 
     def grow(self, size: int) -> None:
         """Count `size` more bytes of a body already admitted, without waiting: Overloaded when there is no room."""
@@ -193,49 +179,3 @@ class BodyBudget:
                     room.notify_all()
 
             asyncio.get_running_loop().create_task(wake())
-
-
-# Bodies leave their copies (message, parsed request, decoded inputs) behind in reference cycles that Python's
-# collector, which counts objects rather than bytes, may not visit for many requests; and glibc keeps freed heap
-# pages. Ten 60 MiB gRPC calls left 3.4 GB held after they were answered. Once this many bytes of bodies have been
-# let go, memory is reclaimed: a collection and a trim cost about 25 ms of the event loop.
-RECLAIM_AFTER_BYTES = 64 << 20
-RECLAIM_DELAY = 0.5  # seconds: one reclaim after a burst of large requests, once their answers are sent
-
-
-def reclaim_memory() -> None:
-    """Collect reference cycles and hand freed heap pages back to the system (glibc's malloc_trim)."""
-    gc.collect()
-    trim_heap()
-
-
-def trim_heap() -> None:
-    """glibc's malloc_trim: ctypes lets go of the GIL while it runs, so a thread can do it while others serve."""
-    if _LIBC is not None:
-        _LIBC.malloc_trim(0)
-
-
-def _load_libc():
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-    except OSError:
-        return None
-    return libc if hasattr(libc, "malloc_trim") else None  # musl and macOS have none
-
-
-_LIBC = _load_libc()
-_reclaiming: list[asyncio.TimerHandle] = []
-
-
-def _reclaim_soon() -> None:
-    if _reclaiming:
-        return
-    loop = asyncio.get_running_loop()
-
-    def run() -> None:
-        _reclaiming.clear()
-        gc.collect()
-        # Handing pages back can take longer than a collection; off the event loop, health checks answer meanwhile.
-        loop.run_in_executor(None, trim_heap)
-
-    _reclaiming.append(loop.call_later(RECLAIM_DELAY, run))

@@ -107,13 +107,20 @@ def _capped(text: str | None) -> str | None:
 REQUEST_ID_HEADERS = ("x-request-id", "chariot-inference-base-id")
 
 
-def header_request_id(headers: Mapping[str, str]) -> str | None:
-    """The request id the headers carry (lowercase names, as HTTP/2, gRPC metadata and Starlette give them)."""
+def id_header(headers: Mapping[str, str]) -> tuple[str, str] | None:
+    """The header that carries the request's id, and its value (lowercase names, as HTTP/2, gRPC metadata and
+    Starlette give them), or None."""
     for name in REQUEST_ID_HEADERS:
         value = headers.get(name)
         if value:
-            return value
+            return name, value
     return None
+
+
+def header_request_id(headers: Mapping[str, str]) -> str | None:
+    """The request id the headers carry, as the log names a request the pipeline never saw."""
+    found = id_header(headers)
+    return found[1] if found else None
 
 
 @contextmanager

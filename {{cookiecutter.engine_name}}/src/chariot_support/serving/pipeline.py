@@ -21,7 +21,7 @@ from chariot_support.seams.mlserver import (
     served_inference,
     unwrap_worker_error,
 )
-from chariot_support.serving.logs import REQUEST_ID_HEADERS, note_request_id
+from chariot_support.serving.logs import id_header, note_request_id
 from chariot_support.serving.runtime import import_model_class
 
 # The longest request id taken from a body or a header: it is echoed in the answer, its headers and the log.
@@ -37,11 +37,8 @@ def request_id_of(body_id: str | None, headers: Mapping[str, str]) -> str:
     UUID. An id that could not travel back in a response header, or is longer than MAX_REQUEST_ID, is a 400."""
     if body_id:
         return _checked_id(body_id, "the request id")
-    for name in REQUEST_ID_HEADERS:
-        value = headers.get(name)
-        if value:
-            return _checked_id(value, f"the {name} header")
-    return new_request_id()
+    found = id_header(headers)
+    return _checked_id(found[1], f"the {found[0]} header") if found else new_request_id()
 
 
 def _checked_id(value: str, where: str) -> str:

@@ -22,6 +22,7 @@ from chariot_support.errors import (
     InvalidResult,
     ModelBusy,
     ModelLoadFailed,
+    Overloaded,
     PredictFailed,
     PredictTimeout,
 )
@@ -31,7 +32,7 @@ from chariot_support.model.tasks import TaskType, select, to_json, validate_resu
 from chariot_support.protocols.chariot_v2_kserve import parse_request
 from chariot_support.protocols.images import decode_image
 from chariot_support.protocols.request import Answered, ImageInput, ParsedRequest, Request
-from chariot_support.serving.admission import MemoryBudget, Overloaded, StuckThreads
+from chariot_support.serving.admission import MemoryBudget, StuckThreads
 from chariot_support.serving.batching import Batcher
 from chariot_support.serving.copies import ModelCopies, threads_per_call
 from chariot_support.serving.logs import note_request_id

@@ -10,9 +10,8 @@ import signal
 from collections.abc import Awaitable
 from typing import Any
 
-from chariot_support.errors import PredictTimeout
+from chariot_support.errors import PredictTimeout, WorkersDown
 from chariot_support.seams.mlserver import (
-    WorkersDown,
     guard_dispatcher,
     handle_worker_exits,
     replace_worker,

@@ -25,7 +25,7 @@ from chariot_support.seams import mlserver as internals
 
 def holds(condition: bool, what: str) -> None:
     if not condition:
-        pytest.fail(f"MLServer changed: {what}. Update chariot_support/internals.py for this MLServer release.")
+        pytest.fail(f"MLServer changed: {what}. Update chariot_support/seams/mlserver.py for this MLServer release.")
 
 
 def test_parallel_errors_are_where_the_engine_reads_them():
@@ -624,7 +624,7 @@ def test_the_grpc_server_is_built_by_the_aio_name_the_engine_swaps(released_metr
     holds(grpc_server.aio.server is recording, "the engine left mlserver.grpc.server's `aio` swapped after the build")
 
 
-# MLServer's modules the support package may use outside internals.py: its documented API (types, settings,
+# MLServer's modules the support package may use outside seams/mlserver.py: its documented API (types, settings,
 # errors, the data plane and repository handlers, the gRPC messages and their converters).
 PUBLIC_MLSERVER = {
     "mlserver",
@@ -650,7 +650,7 @@ def is_private(name: str) -> bool:
 
 
 def test_only_internals_reaches_past_mlservers_public_modules():
-    """Outside internals.py (and connections.py, uvicorn's seam) the support package imports MLServer's public
+    """Outside seams/mlserver.py (and seams/uvicorn.py, uvicorn's seam) the support package imports MLServer's public
     modules only, and reads no private attribute of an object other than its own."""
     import chariot_support
 
@@ -667,28 +667,28 @@ def test_only_internals_reaches_past_mlservers_public_modules():
                 reached.append(f"{path.name}: import {', '.join(a.name for a in node.names)}")
             elif isinstance(node, ast.Attribute) and is_private(node.attr) and not is_self(node.value):
                 reached.append(f"{path.name}:{node.lineno}: {ast.unparse(node)}")
-    assert not reached, "move these into internals.py, with a canary each:\n" + "\n".join(reached)
+    assert not reached, "move these into seams/mlserver.py, with a canary each:\n" + "\n".join(reached)
 
 
 def is_self(node: ast.AST) -> bool:
     return isinstance(node, ast.Name) and node.id in ("self", "cls")
 
 
-# What internals.py relies on that its walk below cannot see by name: a public-looking method of MLServer's private
+# What seams/mlserver.py relies on that its walk below cannot see by name: a public-looking method of MLServer's private
 # pool class, and the signal MLServer's registry handles.
 UNNAMED_ASSUMPTIONS = {"on_worker_stop", "SIGCHLD"}
 
-# Names internals.py uses that the walk would take for MLServer's, but are the engine's own.
+# Names seams/mlserver.py uses that the walk would take for MLServer's, but are the engine's own.
 ENGINE_OWN = {
     "_engine",  # _EngineGRPCServer's link to the engine it serves
-    "workers",  # the supervisor (workers.py) the engine's data plane holds
+    "workers",  # the supervisor (serving/workers.py) the engine's data plane holds
     "closing",  # the supervisor's flag that the engine is stopping
     "limits",  # _EngineGRPCServer's interceptor in front of every gRPC call, set as its server is built
 }
 
 
 def mlserver_uses() -> set[str]:
-    """What internals.py uses of MLServer beyond its public API: private attributes (on MLServer's objects, and on
+    """What seams/mlserver.py uses of MLServer beyond its public API: private attributes (on MLServer's objects, and on
     its own self where its class is built on one of MLServer's), attributes it sets on objects other than itself
     (patch points), and names from MLServer's modules outside PUBLIC_MLSERVER."""
     tree = ast.parse(Path(internals.__file__).read_text())
@@ -723,13 +723,13 @@ def mlserver_uses() -> set[str]:
 
 
 def test_every_private_use_in_internals_has_a_canary():
-    """A private name, patch point or private module internals.py starts to use fails here until a canary for it is
+    """A private name, patch point or private module seams/mlserver.py starts to use fails here until a canary for it is
     named in CANARIES; one it stops using fails until its entry goes."""
     used = mlserver_uses()
     missing = sorted(used - set(CANARIES))
-    assert not missing, f"internals.py uses these without a canary: {missing}; add one each to CANARIES"
+    assert not missing, f"seams/mlserver.py uses these without a canary: {missing}; add one each to CANARIES"
     stale = sorted(set(CANARIES) - used - UNNAMED_ASSUMPTIONS)
-    assert not stale, f"CANARIES lists what internals.py no longer uses: {stale}; take them out"
+    assert not stale, f"CANARIES lists what seams/mlserver.py no longer uses: {stale}; take them out"
     tests = {name for name, value in globals().items() if name.startswith("test_") and callable(value)}
     for name, canaries in CANARIES.items():
         for canary in canaries:
@@ -777,7 +777,7 @@ def test_mlservers_http_metrics_are_where_the_inference_front_counts_them():
     )
 
 
-# Each thing internals.py uses of MLServer beyond its public API, and the canaries that check it still holds.
+# Each thing seams/mlserver.py uses of MLServer beyond its public API, and the canaries that check it still holds.
 _POOLS = (test_worker_pools_are_the_registrys_pools_and_their_workers,)
 _REPLACE = (test_replace_worker_fails_a_stopped_workers_requests_and_starts_one_with_the_models,)
 _GUARD = (test_a_guarded_dispatcher_rotates_over_the_policys_workers_and_bounds_each_predict,)
@@ -786,7 +786,7 @@ _ENGINE = (test_the_engine_server_builds_and_starts_mlservers_servers_from_its_p
 _GRPC = (*_ENGINE, test_the_grpc_server_keeps_mlservers_interceptors_tracing_included)
 _GRPC_AIO = (test_the_grpc_server_is_built_by_the_aio_name_the_engine_swaps,)
 CANARIES = {
-    # The parallel workers (workers.py's supervisor)
+    # The parallel workers (serving/workers.py's supervisor)
     "_default_pool": _POOLS,
     "_pools": _POOLS,
     "SIGCHLD": _POOLS,
@@ -808,14 +808,14 @@ CANARIES = {
     "_send": (test_call_runtime_reaches_a_parallel_model_through_its_dispatcher,),
     "mlserver.parallel.errors.WorkerError": (test_parallel_errors_are_where_the_engine_reads_them, *_REPLACE),
     "mlserver.parallel.errors.WorkerStop": (test_parallel_errors_are_where_the_engine_reads_them, *_REPLACE),
-    # Around each inference (pipeline.py)
+    # Around each inference (serving/pipeline.py)
     "_ModelInferRequestDuration": _SERVED,
     "_ModelInferRequestFailure": _SERVED,
     "_ModelInferRequestSuccess": _SERVED,
     "_inference_middleware": _SERVED,
     "mlserver.context.model_context": _SERVED,
     "mlserver.context.model_name_var": _SERVED,
-    # The server (server.py's ChariotServer)
+    # The server (serving/server.py's ChariotServer)
     "_settings": _ENGINE,
     "_data_plane": _ENGINE,
     "_model_registry": _ENGINE,

@@ -1,6 +1,6 @@
-"""Every inference request reaches the model one way: through the pipeline (pipeline.Pipeline.answer), whatever its
-protocol, body form and transport, with CORS or gzip on or off. The pipeline counts each request it answers in
-MLServer's inference metrics: a request answered 200 that the count does not see came some other way."""
+"""Every inference request reaches the model one way: through the pipeline (serving.pipeline.Pipeline.answer),
+whatever its protocol, body form and transport, with CORS or gzip on or off. The pipeline counts each request it
+answers in MLServer's inference metrics: a request answered 200 that the count does not see came some other way."""
 
 import base64
 import gzip

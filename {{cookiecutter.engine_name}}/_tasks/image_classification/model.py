@@ -1,8 +1,21 @@
 """Your model: the one file to edit.
 
-Required: `task_type`, `load` and `predict`. Optional: `thread_safe`, and `explain` for the V1 `:explain` route
-(see `chariot_support.ChariotModel`). The engine does everything else: decoding requests, checking and formatting
-results, `action` and `score_threshold`, metadata passthrough, routes.
+Required:
+- `task_type`: which Chariot result format predict returns.
+- `predict(images, tensors)`: one list of results per image, in order.
+
+Optional (the defaults are in `chariot_support.ChariotModel`):
+- `load(model_dir)`: called once at start-up, before any predict, to read weights and labels from model_dir. It does
+  nothing unless you write it; the demo's load builds its colour finder.
+- `thread_safe`: False by default, and the engine then runs one predict at a time on each copy of the model. True
+  lets several requests run predict on this one instance at once: only for a model that keeps no per-call state
+  (tests/test_model.py then checks that concurrent requests get the answers one request gets).
+- `copies`: 1 by default. For a model that is not thread-safe, how many independent copies to load, each running
+  one predict at a time (CHARIOT_MODEL_COPIES overrides it). Ignored when `thread_safe` is True.
+- `explain(images, tensors, results)`: answers the V1 `:explain` route, which answers 501 without it.
+
+The engine does everything else: decoding requests, checking and formatting results, `action` and
+`score_threshold`, metadata passthrough, routes.
 
 Until you replace them, load and predict run a demo that finds saturated red, green and blue regions, so the engine
 gives real results right away; examples/model.py is the same task with a real ONNX model.
@@ -21,13 +34,16 @@ from chariot_support.model.demo import ColourFinder
 
 class Model(ChariotModel):
     task_type = TaskType.IMAGE_CLASSIFICATION  # required: the Chariot result format predict returns
-    # Optional (default False): True when predict may run for several requests at once. The demo keeps no
-    # per-request state; a model that keeps some on self leaves it False, and the engine runs one predict at a time.
-    thread_safe = True
+    # Optional. The demo's predict reads nothing but its arguments and a finder that never changes (a frozen
+    # dataclass), so several requests may run it on this one instance at once. A model that keeps per-call state on
+    # self, or whose framework cannot run one object from several threads at once (OpenCV's dnn, a LiteRT
+    # interpreter), must not say True: without this line (the default, False) the engine runs one predict at a time
+    # on each copy of the model (see `copies`).
+    thread_safe = True  # True only because the demo holds no state: set False if your model keeps per-call state
 
     def load(self, model_dir: Path) -> None:
-        # Required: read weights, labels and settings from model_dir (Chariot unpacks the model there; MODEL_DIR,
-        # default /mnt/models). Replace the demo's finder with your model.
+        # Optional (the default does nothing): read weights, labels and settings from model_dir (Chariot unpacks the
+        # model there; MODEL_DIR, default /mnt/models). Replace the demo's finder with your model.
         self.finder = ColourFinder.from_dir(model_dir)
 
     def predict(self, images: Sequence[Image], tensors: Mapping[str, np.ndarray]) -> list[list[Classification]]:

@@ -21,12 +21,13 @@ CONFLICT = re.compile(r"^(<{7}|>{7})( |$)|^={7}$", re.MULTILINE)
 
 def leftovers(text: str) -> list[str]:
     """Template syntax or merge-conflict markers that should not be in a finished file."""
-    return [m.group() for pattern in (LEFTOVER, CONFLICT) for m in pattern.finditer(text)]
+    return sorted((m.start(), m.group()) for pattern in (LEFTOVER, CONFLICT) for m in pattern.finditer(text))
 
 
 def test_leftovers_are_found():
-    assert leftovers("a\n<<<<<<< HEAD\nb\n=======\nc\n>>>>>>> main\n") == ["<<<<<<< ", ">>>>>>> ", "======="]
-    assert leftovers("{{ cookiecutter.x }} {% if %}") == ["{{ cookiecutter", "{%"]
+    found = leftovers("a\n<<<<<<< HEAD\nb\n=======\nc\n>>>>>>> main\n")
+    assert [text for _, text in found] == ["<<<<<<< ", "=======", ">>>>>>> "]
+    assert [text for _, text in leftovers("{{ cookiecutter.x }} {% if %}")] == ["{{ cookiecutter", "{%"]
     assert leftovers("a heading\n========\n<<<<<<<< not a marker\n x ======= y\n") == []
 
 

@@ -74,7 +74,7 @@ class EngineSettings:
     # uvicorn: most connections and requests at once (more get a 503), and seconds an idle keep-alive stays open.
     max_connections: int = _setting("CHARIOT_MAX_CONNECTIONS", 512)
     keep_alive: float = _setting("CHARIOT_KEEP_ALIVE", 5.0)
-    # Deadlines that free the connections of clients too slow to send or to read (see connections.py): seconds from
+    # Deadlines that free the connections of clients too slow to send or to read (see seams/uvicorn.py): seconds from
     # a request's first byte to the end of its head, and, while its body arrives, the window in which it must bring
     # at least CHARIOT_MIN_BODY_RATE KiB a second (0: only a window that brings nothing at all is cut), which is also
     # the longest a client may leave its answer unread.

@@ -150,7 +150,7 @@ def engine_url(args: argparse.Namespace) -> Iterator[tuple[str, str]]:
         module, *engine_args = shlex.split(args.engine)
     else:
         try:
-            module, engine_args = engine_package(Path(__file__).resolve().parent.parent), []
+            module, engine_args = engine_package(Path(__file__).resolve().parents[2]), []
         except LookupError:
             raise EngineFailed("cannot tell which engine to start from here: pass --engine PACKAGE, or --url") from None
     env = {"MODEL_DIR": str(args.model_dir)} if args.model_dir else {}

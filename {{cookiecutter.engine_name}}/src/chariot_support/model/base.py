@@ -1,4 +1,5 @@
-"""The contract between an engine author's model and the engine: subclass ChariotModel, fill in load and predict."""
+"""The contract between an engine author's model and the engine: subclass ChariotModel, set `task_type` and write
+`predict`; `load`, `thread_safe`, `copies` and `explain` are optional."""
 
 from __future__ import annotations
 
@@ -13,12 +14,21 @@ from chariot_support.model.tasks import TaskType
 
 
 class ChariotModel:
-    """An engine's model. The engine creates it once, calls `load` once, then `predict` per request.
+    """An engine's model. The engine creates it (once per copy), calls `load` once on each instance, then `predict`
+    per request (per batch, with batching across requests on).
 
-    Required: `task_type` (which Chariot result format predict returns), `load` and `predict`.
-    Optional: `thread_safe = True` when predict may run for several requests at once (most frameworks allow it;
-    otherwise the engine calls each copy of the model one request at a time), `copies` for a model that is not
-    thread-safe, and `explain`. Set by the engine: `threads`, read it in `load`.
+    Required: `task_type` (which Chariot result format predict returns) and `predict`.
+    Optional, with their defaults:
+    - `load(model_dir)`: does nothing. Called once per instance before any predict, with MODEL_DIR (default
+      /mnt/models), where Chariot unpacks the model's files.
+    - `thread_safe = False`: the engine runs one predict at a time on each copy. Set True only when predict keeps no
+      per-call state on `self` and the framework can run one object from several threads at once (an ONNX Runtime
+      session can); the engine then loads one instance, runs up to CHARIOT_THREADS predicts on it at once, and
+      ignores `copies`.
+    - `copies = 1`: for a model that is not thread-safe, independent copies to load, each running one predict at a
+      time (CHARIOT_MODEL_COPIES overrides it; "threads" means one per worker thread).
+    - `explain`: answers the V1 `:explain` route; without it that route answers 501.
+    Set by the engine before `load`: `threads`, the threads one predict may use.
     """
 
     task_type: ClassVar[TaskType]

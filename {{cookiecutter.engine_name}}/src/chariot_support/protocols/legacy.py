@@ -308,7 +308,7 @@ def _json(content: Any, status_code: int = 200) -> Response:
 
 
 def install_legacy_routes(app: FastAPI, pipeline: Any) -> None:
-    """Serve the model's status and metadata at `/v1/models/...` (inference there is the front's: front.py)."""
+    """Serve the model's status and metadata at `/v1/models/...` (inference there is the front's: rest/front.py)."""
 
     async def list_models() -> Response:
         return _json({"models": [pipeline.model_name]})

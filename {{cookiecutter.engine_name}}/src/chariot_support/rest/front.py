@@ -5,8 +5,8 @@ route.
 For each request the front owns what belongs to the connection: the framing check, the body limit and the process's
 body budget (counted before the bytes are buffered), chariot-v2 JSONL's line limit (counted while the body arrives),
 the body-shape guard, `{"error"}` bodies cut to length, the request log line and MLServer's HTTP metrics. It then
-hands the body to the route's protocol (v2.py, chariot_v2.py, legacy.py), which reads it into the one request type,
-asks the pipeline (pipeline.py) for the answer, and renders it. CORS and gzip, when MLServer's settings turn them on,
+hands the body to the route's protocol (protocols/v2_rest.py, chariot_v2.py, legacy.py), which reads it into the one request type,
+asks the pipeline (serving/pipeline.py) for the answer, and renders it. CORS and gzip, when MLServer's settings turn them on,
 wrap the front's answers with the same Starlette middlewares MLServer puts in its app.
 """
 

@@ -1,5 +1,6 @@
-"""ASGI middlewares that hold the REST server against heavy and hostile requests: a body too dense or too deep to
-parse is refused before any JSON parser sees it, ambiguous framing is refused, and error bodies stay short; and the HTTP protocol that closes idle connections."""
+"""ASGI middlewares in front of MLServer's REST app (the routes other than inference, which the front answers): a
+body too dense or too deep to parse is refused before any JSON parser sees it, ambiguous framing is refused, and
+error bodies stay short."""
 
 from __future__ import annotations
 

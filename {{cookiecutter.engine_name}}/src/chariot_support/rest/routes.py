@@ -31,7 +31,7 @@ def _error(status_code: int, message: str) -> JSONResponse:
 
 
 def install_chariot_routes(app: FastAPI, data_plane: ChariotDataPlane, settings: Settings, budget: BodyBudget) -> None:
-    """Put the inference front (front.py) before MLServer's REST app, which keeps every other route; add the paths
+    """Put the inference front (rest/front.py) before MLServer's REST app, which keeps every other route; add the paths
     Chariot calls beside MLServer's, and make every error body `{"error": ...}`."""
     # Chariot's URLs end in a slash; MLServer would 307-redirect them to an absolute URL that is wrong behind
     # Chariot's gateway.
@@ -111,7 +111,7 @@ def install_chariot_routes(app: FastAPI, data_plane: ChariotDataPlane, settings:
     app.add_middleware(ShortErrors, max_chars=engine.max_error_chars)
     app.add_middleware(Framing)
     install_request_log(app, data_plane.model_name)
-    # Outermost of the engine's middlewares: the one REST transport for inference (front.py).
+    # Outermost of the engine's middlewares: the one REST transport for inference (rest/front.py).
     app.add_middleware(
         InferenceFront,
         pipeline=data_plane.pipeline,

@@ -226,7 +226,7 @@ async def call_runtime(model, method: str, *args):
 
 
 # The parallel workers (MLSERVER_PARALLEL_WORKERS). MLServer gives no public handle on its inference pools, their
-# worker processes or the dispatcher that sends each request to one; the engine's supervisor (workers.py) reaches
+# worker processes or the dispatcher that sends each request to one; the engine's supervisor (serving/workers.py) reaches
 # them through these functions only.
 
 

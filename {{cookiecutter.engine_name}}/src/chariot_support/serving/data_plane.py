@@ -40,7 +40,7 @@ class ChariotDataPlane:
         self.model_registry = model_registry
         self.model_name = model_name
         self._pinned = bool(engine.model_id)  # CHARIOT_MODEL_ID: only that name reaches the model
-        self.workers = None  # the WorkerWatch (workers.py), when the model runs in parallel workers
+        self.workers = None  # the WorkerWatch (serving/workers.py), when the model runs in parallel workers
         self.pipeline = Pipeline(self, inner)  # every inference request's one way to the model
 
     async def live(self) -> bool:

@@ -35,7 +35,7 @@ class WorkerWatch:
     one of them was never replaced and the requests sent to it waited forever. The watch instead polls each
     worker it knows on every SIGCHLD (leaving other children, such as a model's own subprocesses, alone), and
     bounds the wait for any worker's answer by CHARIOT_PREDICT_TIMEOUT plus WORKER_GRACE. It is the policy
-    `internals.guard_dispatcher` applies to MLServer's dispatchers.
+    `seams.mlserver.guard_dispatcher` applies to MLServer's dispatchers.
     """
 
     def __init__(self, registry, predict_timeout: float):

@@ -88,7 +88,9 @@ def load(task: TaskType, source: Path, images: Path | None = None) -> Dataset:
     if task in (TaskType.OBJECT_DETECTION, TaskType.IMAGE_SEGMENTATION):
         if source.suffix.lower() != ".json" or not source.is_file():
             raise DatasetError(f"{task.value} is evaluated on a COCO instances JSON file; {source} is not a .json file")
-        return _coco(task, source, images or source.parent)
+        from chariot_support.evaluate import coco  # which reads into this module's types
+
+        return coco.read(task, source, images or source.parent)
     if task is TaskType.IMAGE_CLASSIFICATION:
         if source.is_dir():
             return _class_folders(source)
@@ -119,147 +121,6 @@ def image_size(path: Path, where: str) -> tuple[int, int]:
     except (UnidentifiedImageError, OSError) as error:
         raise DatasetError(f"{where} names {path}, which is not an image ({error})") from None
     return (height, width) if orientation in _TURNED else (width, height)
-
-
-# --- COCO ------------------------------------------------------------------------------------------------------
-
-
-def _coco(task: TaskType, source: Path, images: Path) -> Dataset:
-    try:
-        document = json.loads(source.read_text())
-    except (ValueError, UnicodeDecodeError) as error:
-        raise DatasetError(f"{source} is not JSON: {error}") from None
-    if not isinstance(document, dict):
-        raise DatasetError(f"{source} holds a {type(document).__name__}; a COCO file is an object")
-    for key in ("images", "annotations", "categories"):
-        if not isinstance(document.get(key), list):
-            raise DatasetError(
-                f"{source} has no {key!r} list; a COCO instances file has images, annotations, categories"
-            )
-    categories: dict[Any, str] = {}
-    for index, category in enumerate(document["categories"]):
-        if not isinstance(category, dict) or "id" not in category or not _text(category.get("name")):
-            raise DatasetError(f"{source}: categories[{index}] needs an id and a non-empty name")
-        categories[category["id"]] = category["name"]
-    entries: dict[Any, tuple[str, Path, int, int]] = {}
-    for index, image in enumerate(document["images"]):
-        where = f"{source}: images[{index}]"
-        if not isinstance(image, dict) or "id" not in image or not _text(image.get("file_name")):
-            raise DatasetError(f"{where} needs an id and a file_name")
-        if image["id"] in entries:
-            raise DatasetError(f"{where} repeats image id {image['id']!r}")
-        path = images / image["file_name"]
-        width, height = image_size(path, f"{where} (id {image['id']!r})")
-        stated = (image.get("width"), image.get("height"))
-        if stated != (None, None) and stated != (width, height):
-            raise DatasetError(
-                f"{where} says the image is {stated[0]}x{stated[1]} but {path} is {width}x{height};"
-                " the annotations must be in the file's own pixels"
-            )
-        entries[image["id"]] = (image["file_name"], path, width, height)
-    truth: dict[Any, list] = {key: [] for key in entries}
-    crowds = 0
-    for index, annotation in enumerate(document["annotations"]):
-        where = f"{source}: annotations[{index}]"
-        if not isinstance(annotation, dict):
-            raise DatasetError(f"{where} is a {type(annotation).__name__}, not an object")
-        if annotation.get("image_id") not in entries:
-            raise DatasetError(f"{where} has image_id {annotation.get('image_id')!r}, which no entry of images has")
-        if annotation.get("category_id") not in categories:
-            raise DatasetError(
-                f"{where} has category_id {annotation.get('category_id')!r}, an unknown label: add it to categories"
-            )
-        if annotation.get("iscrowd"):
-            crowds += 1  # a crowd region marks many objects at once, which no detection can match one for one
-            continue
-        label = categories[annotation["category_id"]]
-        _, _, width, height = entries[annotation["image_id"]]
-        if task is TaskType.OBJECT_DETECTION:
-            truth[annotation["image_id"]].append(_coco_box(annotation.get("bbox"), label, where))
-        else:
-            truth[annotation["image_id"]].append(
-                _coco_mask(annotation.get("segmentation"), label, width, height, where)
-            )
-    samples = [
-        Sample(uid=name, path=path, width=width, height=height, truth=tuple(truth[key]))
-        for key, (name, path, width, height) in entries.items()
-    ]
-    notes = [f"{crowds} crowd annotation(s) (iscrowd) were left out"] if crowds else []
-    return Dataset(task, source, samples, sorted(set(categories.values())), notes)
-
-
-def _coco_box(bbox: Any, label: str, where: str) -> Box:
-    if not (isinstance(bbox, list) and len(bbox) == 4 and all(_finite(v) for v in bbox)):
-        raise DatasetError(f"{where} has bbox {bbox!r}; COCO boxes are [x, y, width, height] in pixels")
-    x, y, w, h = (float(v) for v in bbox)
-    if w <= 0 or h <= 0:
-        raise DatasetError(f"{where} has bbox {bbox!r}, with no area; width and height must be above 0")
-    return Box(label, x, y, x + w, y + h)
-
-
-def _coco_mask(segmentation: Any, label: str, width: int, height: int, where: str) -> Mask:
-    if isinstance(segmentation, list):
-        polygons = []
-        for part in segmentation:
-            if not (isinstance(part, list) and len(part) >= 6 and len(part) % 2 == 0 and all(map(_finite, part))):
-                raise DatasetError(
-                    f"{where} has a polygon {str(part)[:80]}; COCO polygons are [x1, y1, x2, y2, ...] with 3+ points"
-                )
-            polygons.append(np.round(np.array(part, np.float64).reshape(-1, 2)).astype(np.int32))
-        mask = np.zeros((height, width), np.uint8)
-        cv2.fillPoly(mask, polygons, 1)
-        pixels = mask.astype(bool)
-    elif isinstance(segmentation, dict):
-        pixels = _rle(segmentation, width, height, where)
-    else:
-        raise DatasetError(f"{where} has no segmentation; Image Segmentation needs polygons or an RLE mask")
-    if not pixels.any():
-        raise DatasetError(f"{where} has a segmentation that covers no pixel of its {width}x{height} image")
-    return Mask(label, pixels)
-
-
-def _rle(rle: dict, width: int, height: int, where: str) -> np.ndarray:
-    """A COCO run-length mask: runs of 0 then 1 alternating, down each column in turn, given as a list of numbers
-    or as COCO's compact string."""
-    size, counts = rle.get("size"), rle.get("counts")
-    if size != [height, width]:
-        raise DatasetError(f"{where} has an RLE of size {size!r}; its image is [height, width] = {[height, width]}")
-    if isinstance(counts, str):
-        counts = _rle_numbers(counts, where)
-    if not (isinstance(counts, list) and all(isinstance(c, int) and c >= 0 for c in counts)):
-        raise DatasetError(f"{where} has RLE counts that are neither a string nor a list of whole numbers")
-    if sum(counts) != width * height:
-        raise DatasetError(
-            f"{where} has RLE counts adding up to {sum(counts)}, not the image's {width * height} pixels"
-        )
-    values = np.zeros(len(counts), bool)
-    values[1::2] = True
-    return np.repeat(values, counts).reshape(width, height).T
-
-
-def _rle_numbers(text: str, where: str) -> list[int]:
-    """COCO's compact RLE: each number in 5-bit groups (low first) as characters from '0', 0x20 marking that more
-    follow and 0x10 in the last group its sign; from the third on, each is the difference from the one two back."""
-    numbers: list[int] = []
-    position = 0
-    while position < len(text):
-        value, shift, more = 0, 0, True
-        while more:
-            if position >= len(text):
-                raise DatasetError(f"{where} has RLE counts that end in the middle of a number")
-            group = ord(text[position]) - 48
-            if not 0 <= group < 64:
-                raise DatasetError(f"{where} has RLE counts with {text[position]!r}, outside COCO's alphabet")
-            value |= (group & 0x1F) << shift
-            more = bool(group & 0x20)
-            shift += 5
-            position += 1
-            if not more and group & 0x10:
-                value |= -1 << shift
-        if len(numbers) > 2:
-            value += numbers[-2]
-        numbers.append(value)
-    return numbers
 
 
 # --- classification --------------------------------------------------------------------------------------------
@@ -360,11 +221,11 @@ def _prompts(source: Path) -> Dataset:
             entry = json.loads(line)
         except ValueError as error:
             raise DatasetError(f"{where} is not JSON: {error}") from None
-        if not isinstance(entry, dict) or not _text(entry.get("image")) or not _text(entry.get("prompt")):
+        if not isinstance(entry, dict) or not is_text(entry.get("image")) or not is_text(entry.get("prompt")):
             raise DatasetError(f'{where} needs "image" and "prompt" strings and an "answer"')
         answers = entry.get("answer")
         answers = [answers] if isinstance(answers, str) else answers
-        if not (isinstance(answers, list) and answers and all(_text(a) for a in answers)):
+        if not (isinstance(answers, list) and answers and all(is_text(a) for a in answers)):
             raise DatasetError(f"{where} has answer {entry.get('answer')!r}; give a string, or a list of strings")
         path = source.parent / entry["image"]
         width, height = image_size(path, where)
@@ -375,11 +236,11 @@ def _prompts(source: Path) -> Dataset:
     return Dataset(TaskType.IMAGE_TEXT_TO_TEXT, source, samples, [])
 
 
-def _text(value: Any) -> bool:
+def is_text(value: Any) -> bool:
     return isinstance(value, str) and bool(value.strip())
 
 
-def _finite(value: Any) -> bool:
+def is_finite(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 

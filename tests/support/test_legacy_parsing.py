@@ -13,17 +13,9 @@ from chariot_support.errors import BadRequest, InvalidResult
 from chariot_support.model.tasks import TaskType
 from chariot_support.protocols.chariot_v2_kserve import parse_request
 from chariot_support.protocols.images import decode_image
-from chariot_support.protocols.legacy import (
-    STATUS_PATH,
-    VERB_PATH,
-    model_metadata,
-    model_status,
-    read_body,
-    read_classify,
-    read_predict,
-    render,
-)
+from chariot_support.protocols.legacy import STATUS_PATH, VERB_PATH, read_body, read_classify, read_predict, render
 from chariot_support.protocols.request import Answer, Answered
+from chariot_support.rest.legacy_routes import model_metadata, model_status
 from chariot_support.serving.runtime import validate_explanations
 from chariot_support.settings import DEFAULTS, EngineSettings
 

@@ -11,7 +11,6 @@ from typing import Any
 import cv2
 import numpy as np
 import orjson
-from fastapi import FastAPI, Response
 
 from chariot_support.errors import BadRequest, NotImplementedByModel
 from chariot_support.model.base import has_explain
@@ -19,7 +18,6 @@ from chariot_support.model.tasks import TaskType
 from chariot_support.protocols.chariot_v2_kserve import check_base64, refuse_reserved
 from chariot_support.protocols.request import Answer, Tensor
 from chariot_support.protocols.request import Request as V2Request
-from chariot_support.seams.mlserver import SERVING_ERRORS, unwrap_worker_error
 
 _TARGET = r"(?P<name>[^/:]+)(?:/versions/(?P<version>[^/:]+)|/labels/(?P<label>[^/:]+))?"
 STATUS_PATH = re.compile(_TARGET + r"(?P<metadata>/metadata)?")
@@ -245,88 +243,3 @@ def render(verb: str, answer: Answer) -> bytes:
     if verb == "explain":
         content["explanations"] = list(answered.explanations or ())
     return orjson.dumps(content)
-
-
-def model_status(name: str, version: str, ready: bool) -> dict:
-    """KServe's model-ready object and TensorFlow Serving's GetModelStatusResponse, in one."""
-    state = (
-        {"state": "AVAILABLE", "status": {"error_code": "OK", "error_message": ""}}
-        if ready
-        else {
-            "state": "LOADING",
-            "status": {"error_code": "UNAVAILABLE", "error_message": "the model is still loading"},
-        }
-    )
-    return {"name": name, "ready": ready, "model_version_status": [{"version": version, **state}]}
-
-
-def _tensor(dtype: str, dims: list[int], name: str) -> dict:
-    return {
-        "dtype": dtype,
-        "tensor_shape": {"dim": [{"size": str(d), "name": ""} for d in dims], "unknown_rank": False},
-        "name": name,
-    }
-
-
-def model_metadata(name: str, version: str, task: TaskType) -> dict:
-    """TensorFlow Serving's GetModelMetadataResponse: the inputs a row may carry and the output per image."""
-    inputs = {
-        "image": _tensor("DT_STRING", [-1], "image"),
-        "action": _tensor("DT_STRING", [-1], "action"),
-        "score_threshold": _tensor("DT_FLOAT", [-1], "score_threshold"),
-        "prompts": _tensor("DT_STRING", [-1, -1], "prompts"),
-    }
-    signatures = {
-        DEFAULT_SIGNATURE: {
-            "inputs": inputs,
-            # One list of result objects per image; TensorFlow has no dtype for JSON objects.
-            "outputs": {"predictions": _tensor("DT_STRING", [-1, -1], "predictions")},
-            "method_name": "tensorflow/serving/predict",
-        }
-    }
-    if task is TaskType.IMAGE_CLASSIFICATION:
-        signatures["classify"] = {
-            "inputs": {"inputs": _tensor("DT_STRING", [-1], "image")},
-            "outputs": {
-                "classes": _tensor("DT_STRING", [-1, -1], "classes"),
-                "scores": _tensor("DT_FLOAT", [-1, -1], "scores"),
-            },
-            "method_name": "tensorflow/serving/classify",
-        }
-    return {
-        "model_spec": {"name": name, "signature_name": "", "version": version},
-        "metadata": {"signature_def": {"signature_def": signatures}},
-    }
-
-
-# --- routes -------------------------------------------------------------------------------------------------
-
-
-def _json(content: Any, status_code: int = 200) -> Response:
-    # Strict JSON out, whatever came in: results and explanations are checked to be finite.
-    return Response(orjson.dumps(content), status_code=status_code, media_type="application/json")
-
-
-def install_legacy_routes(app: FastAPI, pipeline: Any) -> None:
-    """Serve the model's status and metadata at `/v1/models/...` (inference there is the front's: rest/front.py)."""
-
-    async def list_models() -> Response:
-        return _json({"models": [pipeline.model_name]})
-
-    async def status(path: str) -> Response:
-        match = STATUS_PATH.fullmatch(path)
-        if match is None:
-            return _json({"error": f"no route for GET /v1/models/{path}"}, 404)
-        try:
-            model = await pipeline.model(match["name"], match["version"])
-            model_class = await pipeline.model_class(match["name"])
-        except SERVING_ERRORS as error:
-            error = unwrap_worker_error(error)
-            return _json({"error": str(error)}, error.status_code)
-        version = model.version or "1"
-        if match["metadata"]:
-            return _json(model_metadata(match["name"], version, model_class.task_type))
-        return _json(model_status(match["name"], version, model.ready), 200 if model.ready else 503)
-
-    app.add_api_route("/v1/models", list_models, methods=["GET"])
-    app.add_api_route("/v1/models/{path:path}", status, methods=["GET"])

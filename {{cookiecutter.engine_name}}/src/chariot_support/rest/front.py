@@ -25,7 +25,15 @@ from starlette.middleware.gzip import GZipMiddleware
 from chariot_support.errors import ChariotError, internal_error
 from chariot_support.protocols import chariot_v2, legacy
 from chariot_support.protocols import v2_rest as v2
-from chariot_support.rest.middleware import BOTH_FRAMINGS, body_too_large, send_error, shape_problem, short_error
+from chariot_support.rest.bodies import (
+    BOTH_FRAMINGS,
+    BodyTooLarge,
+    body_too_large,
+    both_framings,
+    read_body,
+    shape_problem,
+)
+from chariot_support.rest.errors import send_error
 from chariot_support.seams.mlserver import SERVING_ERRORS, HTTPMetrics
 from chariot_support.seams.uvicorn import ANSWERED
 from chariot_support.serving.admission import LARGE_BODY, BodyBudget
@@ -84,7 +92,6 @@ class InferenceFront:
         self.max_bytes = engine.max_request_mb << 20
         self.max_elements = engine.max_elements
         self.max_depth = engine.max_json_depth
-        self.max_error_chars = engine.max_error_chars
         self.max_inputs = engine.max_inputs
         self.protocol = chariot_v2.Protocol(engine.inference_protocol)
         self.metrics = HTTPMetrics.find(app)
@@ -105,7 +112,7 @@ class InferenceFront:
 
     async def _not_allowed(self, scope, receive, send):
         started, method = time.perf_counter(), scope["method"]
-        status = await self._error(send, 405, f"{method} is not allowed on {scope['path']}: send a POST")
+        status = await send_error(send, 405, f"{method} is not allowed on {scope['path']}: send a POST")
         log_request(
             protocol="rest",
             method=method,
@@ -145,14 +152,14 @@ class InferenceFront:
     async def _serve(self, scope, receive, send, kind: str, match: re.Match, raw: dict, headers: dict[str, str]) -> int:
         """Read the body within its limits, answer it, and send the answer: the status sent (499 when the client
         left first, or what the connection answered when it cut a slow client)."""
-        if b"content-length" in raw and b"transfer-encoding" in raw:
-            return await self._error(send, 400, BOTH_FRAMINGS, close=True)
+        if both_framings(raw.items()):
+            return await send_error(send, 400, BOTH_FRAMINGS, close=True)
         declared = raw.get(b"content-length", b"")
         size = int(declared) if declared.isdigit() else None
         if size is not None and size > self.max_bytes:
-            return await self._error(send, 413, body_too_large(f"{size:,} bytes", self.max_bytes))
+            return await send_error(send, 413, body_too_large(f"{size:,} bytes", self.max_bytes))
         budget = self.budget
-        held = received = 0
+        held = 0
         try:
             if size:
                 await budget.reserve(size)
@@ -160,37 +167,30 @@ class InferenceFront:
             lines = None
             if kind == "root" and chariot_v2.media_type(headers.get("content-type")) in chariot_v2.JSONL_TYPES:
                 lines = chariot_v2.LineCounter(self.max_inputs)
-            chunks = []
-            while True:
-                message = await receive()
-                if message["type"] != "http.request":
-                    return scope.get(ANSWERED, 499)  # the client left, or was cut for its slowness
-                chunk = message.get("body", b"")
-                if chunk:
-                    received += len(chunk)
-                    if received > self.max_bytes:
-                        too_large = body_too_large(f"over {self.max_bytes:,} bytes", self.max_bytes)
-                        return await self._error(send, 413, too_large)
-                    if received > held:
-                        budget.grow(received - held)
-                        held = received
-                    if lines is not None:
-                        lines.add(chunk)
-                    chunks.append(chunk)
-                if not message.get("more_body"):
-                    break
-            body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-            del chunks
+
+            def arrived(chunk: bytes, received: int) -> None:
+                nonlocal held
+                if received > held:  # counted in the budget as it arrives, beyond what Content-Length reserved
+                    budget.grow(received - held)
+                    held = received
+                if lines is not None:
+                    lines.add(chunk)
+
+            body = await read_body(receive, self.max_bytes, lambda size: body_too_large(size, self.max_bytes), arrived)
+            if body is None:
+                return scope.get(ANSWERED, 499)  # the client left, or was cut for its slowness
             problem = await shape_problem(body, max_elements=self.max_elements, max_depth=self.max_depth)
             if problem is not None:
-                return await self._error(send, *problem)
+                return await send_error(send, *problem)
             content, media_type, extra = await self._protocols[kind](body, match, headers)
+        except BodyTooLarge as refused:
+            return await send_error(send, 413, str(refused))
         except SERVING_ERRORS as error:
             # Refused before the whole body arrived, the rest is read and dropped by the HTTP protocol, not kept.
-            return await self._error(send, error.status_code, str(error))
+            return await send_error(send, error.status_code, str(error))
         except Exception as error:
             logger.error("unhandled error on POST %s", match.string, exc_info=error)
-            return await self._error(send, 500, internal_error(error))
+            return await send_error(send, 500, internal_error(error))
         finally:
             if held:
                 budget.release(held)
@@ -248,9 +248,6 @@ class InferenceFront:
         request = await asyncio.to_thread(lambda: read(legacy.read_body(body)))
         answer = await self.pipeline.answer(request, headers, verb["name"], verb["version"], explain=name == "explain")
         return legacy.render(name, answer), "application/json", {}
-
-    async def _error(self, send, status: int, message: str, *, close: bool = False) -> int:
-        return await send_error(send, status, short_error(message, self.max_error_chars), close=close)
 
 
 def _with_cors_and_gzip(answer, settings):

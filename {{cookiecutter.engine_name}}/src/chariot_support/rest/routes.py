@@ -6,14 +6,16 @@ import logging
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import Response
+from mlserver.errors import MLServerError
 from mlserver.settings import Settings
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from chariot_support.errors import ChariotError, DoesNotStream, internal_error
 from chariot_support.protocols.v2_rest import validation_message
+from chariot_support.rest.bodies import ControlBodies, Framing
+from chariot_support.rest.errors import error_response, json_response
 from chariot_support.rest.front import InferenceFront
-from chariot_support.rest.middleware import MAX_CONTROL_BODY, BodyLimit, BodyShape, Framing, JSONBodies, ShortErrors
 from chariot_support.serving.admission import BodyBudget
 from chariot_support.serving.data_plane import ChariotDataPlane
 from chariot_support.serving.logs import install_request_log
@@ -26,10 +28,6 @@ NOT_READY = (
 )
 
 
-def _error(status_code: int, message: str) -> JSONResponse:
-    return JSONResponse(status_code=status_code, content={"error": message})
-
-
 def install_chariot_routes(app: FastAPI, data_plane: ChariotDataPlane, settings: Settings, budget: BodyBudget) -> None:
     """Put the inference front (rest/front.py) before MLServer's REST app, which keeps every other route; add the paths
     Chariot calls beside MLServer's, and make every error body `{"error": ...}`."""
@@ -40,29 +38,29 @@ def install_chariot_routes(app: FastAPI, data_plane: ChariotDataPlane, settings:
     # another way.
     app.router.routes[:] = [r for r in app.router.routes if not _infers(r)]
 
-    # Not ready is the engine's state, not the client's mistake: a 503 (with Retry-After, from Framing), on every
+    # Not ready is the engine's state, not the client's mistake: a 503 (with Retry-After), on every
     # readiness route.
-    async def ready() -> JSONResponse:
+    async def ready() -> Response:
         if await data_plane.ready():
-            return JSONResponse({"status": "ready"})
-        return _error(503, NOT_READY)
+            return json_response({"status": "ready"})
+        return error_response(503, NOT_READY)
 
     # KServe's clients read the health answers' bodies; MLServer's are empty.
-    async def health_live() -> JSONResponse:
+    async def health_live() -> Response:
         live = await data_plane.live()
-        return JSONResponse({"live": live}, status_code=200 if live else 400)
+        return json_response({"live": live}, 200 if live else 400)
 
-    async def health_ready() -> JSONResponse:
+    async def health_ready() -> Response:
         if await data_plane.ready():
-            return JSONResponse({"ready": True})
-        return JSONResponse({"ready": False, "error": NOT_READY}, status_code=503)
+            return json_response({"ready": True})
+        return json_response({"ready": False, "error": NOT_READY}, 503)
 
     async def model_ready(model_name: str, model_version: str | None = None) -> Response:
         if await data_plane.model_ready(model_name, model_version):
             return Response(status_code=200)
-        return _error(503, NOT_READY)
+        return error_response(503, NOT_READY)
 
-    async def infer_stream(model_name: str, model_version: str | None = None) -> JSONResponse:
+    async def infer_stream(model_name: str, model_version: str | None = None) -> Response:
         # MLServer would answer 200 and then fail inside the stream; the engine says so before anything is sent.
         with data_plane.named(model_name, model_version) as resolved:
             await data_plane.model_registry.get_model(resolved, model_version)
@@ -88,29 +86,26 @@ def install_chariot_routes(app: FastAPI, data_plane: ChariotDataPlane, settings:
 
     engine = data_plane.engine
 
-    async def on_engine_error(request: Request, exc: ChariotError) -> JSONResponse:
-        return _error(exc.status_code, str(exc))
+    async def on_engine_error(request: Request, exc: ChariotError | MLServerError) -> Response:
+        return error_response(exc.status_code, str(exc))
 
-    async def on_validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
-        return _error(400, validation_message(exc.errors(), "a JSON object"))
+    async def on_validation_error(request: Request, exc: RequestValidationError) -> Response:
+        return error_response(400, validation_message(exc.errors(), "a JSON object"))
 
-    async def on_http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def on_http_error(request: Request, exc: StarletteHTTPException) -> Response:
         if exc.status_code == 404:
-            return _error(404, f"no route for {request.method} {request.url.path}")
+            return error_response(404, f"no route for {request.method} {request.url.path}")
         if exc.status_code == 405:
-            return _error(405, f"{request.method} is not allowed on {request.url.path}")
-        return _error(exc.status_code, str(exc.detail))
+            return error_response(405, f"{request.method} is not allowed on {request.url.path}")
+        return error_response(exc.status_code, str(exc.detail))
 
-    async def on_unhandled(request: Request, exc: Exception) -> JSONResponse:
+    async def on_unhandled(request: Request, exc: Exception) -> Response:
         logger.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
-        return _error(500, internal_error(exc))
+        return error_response(500, internal_error(exc))
 
-    app.add_middleware(BodyShape, max_elements=engine.max_elements, max_depth=engine.max_json_depth)
-    app.add_middleware(JSONBodies)
-    app.add_middleware(BodyLimit, max_bytes=MAX_CONTROL_BODY)
-    app.add_middleware(ShortErrors, max_chars=engine.max_error_chars)
+    app.add_middleware(ControlBodies, max_elements=engine.max_elements, max_depth=engine.max_json_depth)
     app.add_middleware(Framing)
-    install_request_log(app, data_plane.model_name)
+    install_request_log(app)
     # Outermost of the engine's middlewares: the one REST transport for inference (rest/front.py).
     app.add_middleware(
         InferenceFront,
@@ -120,6 +115,7 @@ def install_chariot_routes(app: FastAPI, data_plane: ChariotDataPlane, settings:
         budget=budget,
     )
     app.add_exception_handler(ChariotError, on_engine_error)
+    app.add_exception_handler(MLServerError, on_engine_error)  # MLServer's own errors, written the engine's way
     app.add_exception_handler(RequestValidationError, on_validation_error)
     app.add_exception_handler(StarletteHTTPException, on_http_error)
     app.add_exception_handler(Exception, on_unhandled)

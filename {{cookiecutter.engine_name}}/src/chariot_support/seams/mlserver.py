@@ -33,7 +33,6 @@ from mlserver.utils import extract_headers
 from starlette_exporter import PrometheusMiddleware
 
 from chariot_support.errors import ChariotError, ModelLoadFailed, WorkersDown
-from chariot_support.rest.middleware import find_middleware
 
 logger = logging.getLogger("chariot_support")
 
@@ -333,6 +332,16 @@ def response_headers(data_plane: DataPlane, model, request_id: str) -> dict[str,
     return {key: request_id if value == _ID_MARK else value for key, value in cached[1].items()}
 
 
+def find_middleware(app, kinds: type | tuple[type, ...]):
+    """The first middleware of one of `kinds` in `app`'s chain, or None. Starlette's middlewares hold the next layer
+    as `.app` by convention, not by contract."""
+    while app is not None:
+        if isinstance(app, kinds):
+            return app
+        app = getattr(app, "app", None)
+    return None
+
+
 class HTTPMetrics:
     """The REST request metrics MLServer's app keeps (starlette_exporter's middleware: requests in progress, and the
     count and duration by method, route, status and app), for requests the engine answers before that middleware
@@ -351,10 +360,6 @@ class HTTPMetrics:
 
     def started(self, method: str) -> None:
         self._gauge(method).inc()
-
-    def handed_over(self, method: str) -> None:
-        """The request went on to the app, whose own middleware counts it."""
-        self._gauge(method).dec()
 
     def finished(self, method: str, route: str, status: int, seconds: float) -> None:
         self._gauge(method).dec()

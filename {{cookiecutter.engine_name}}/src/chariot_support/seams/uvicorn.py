@@ -4,8 +4,6 @@ use of uvicorn's protocol internals lives here; tests/support/test_connection_in
 from __future__ import annotations
 
 import functools
-import http
-import json
 import logging
 import weakref
 from asyncio import TimerHandle
@@ -15,7 +13,7 @@ from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from chariot_support.rest.middleware import RETRY_AFTER, send_error
+from chariot_support.rest.errors import raw_error, send_error
 from chariot_support.settings import DEFAULTS, EngineSettings
 
 logger = logging.getLogger("chariot_support")
@@ -276,7 +274,7 @@ class IdleLimitedProtocol(HttpToolsProtocol):
             cycle.disconnected = True
             cycle.message_event.set()
         if answering:
-            self.transport.write(_answer(status, message))
+            self.transport.write(raw_error(status, message))
             if cycle is not None:  # the request's log line says what the client was answered, not that it left
                 cycle.scope[ANSWERED] = status
         self._in_head = self._in_body = False
@@ -297,12 +295,3 @@ ANSWERED = "chariot.answered"
 async def too_many_requests(limit: int, scope, receive, send) -> None:
     message = f"the engine is answering its most requests at once (CHARIOT_MAX_CONNECTIONS, {limit}): retry shortly"
     await send_error(send, 503, message, close=True)
-
-
-def _answer(status: int, message: str) -> bytes:
-    body = json.dumps({"error": message}).encode()
-    retry = b"retry-after: %s\r\n" % RETRY_AFTER if status == 503 else b""
-    return (
-        b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\nconnection: close\r\n%scontent-length: %d\r\n\r\n%s"
-        % (status, http.HTTPStatus(status).phrase.encode(), retry, len(body), body)
-    )

@@ -144,9 +144,8 @@ def note_request_id(request_id: str | None) -> None:
 class RequestLog:
     """ASGI middleware: one log line per REST request, written when the reply has been sent."""
 
-    def __init__(self, app, model_name: str):
+    def __init__(self, app):
         self.app = app
-        self.model_name = model_name
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -159,9 +158,6 @@ class RequestLog:
         async def record(message):
             if message["type"] == "http.response.start":
                 entry["status"] = message["status"]
-                for key, value in message.get("headers", ()):
-                    if key.lower() == b"ce-id":  # MLServer puts the request id of a served inference here
-                        entry["request_id"] = value.decode("latin-1")
             await send(message)
 
         try:
@@ -171,7 +167,7 @@ class RequestLog:
             path = scope.get("path", "")
             found = _MODEL_PATH.match(path)
             request_id = entry.get("request_id") or header_request_id(_headers(scope))
-            model = found.group(1) if found else (self.model_name if path.rstrip("/") == "/infer" else None)
+            model = found.group(1) if found else None
             log_request(
                 protocol="rest",
                 method=scope.get("method", ""),
@@ -187,6 +183,6 @@ def _headers(scope) -> dict[str, str]:
     return {key.decode("latin-1").lower(): value.decode("latin-1") for key, value in scope.get("headers", ())}
 
 
-def install_request_log(app, model_name: str) -> None:
-    """Log every REST request of `app`; `model_name` is the model that answers at the root `/infer`."""
-    app.add_middleware(RequestLog, model_name=model_name)
+def install_request_log(app) -> None:
+    """Log every REST request of `app` (inference, which the front answers, is logged by the front)."""
+    app.add_middleware(RequestLog)

@@ -20,7 +20,7 @@ from chariot_support.errors import ModelLoadFailed
 from chariot_support.grpc.limits import CallLimits
 from chariot_support.grpc.service import ChariotInferenceServicer
 from chariot_support.model.base import ChariotModel
-from chariot_support.protocols.legacy import install_legacy_routes
+from chariot_support.rest.legacy_routes import install_legacy_routes
 from chariot_support.rest.routes import install_chariot_routes
 from chariot_support.seams.mlserver import (
     EngineServer,

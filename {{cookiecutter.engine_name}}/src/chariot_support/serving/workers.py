@@ -43,6 +43,7 @@ class WorkerWatch:
         self._guard = predict_timeout + WORKER_GRACE
         self._noticed: set[int] = set()
         self._starting: set[int] = set()  # replacements that have not loaded the model yet
+        self._replacing: set[asyncio.Task] = set()  # held until done: the loop keeps only weak references to tasks
         self.closing = False
 
     def install(self) -> None:
@@ -100,7 +101,9 @@ class WorkerWatch:
                 if pid in self._noticed or worker.exitcode is None:  # exitcode polls this one child, and reaps it
                     continue
                 self._noticed.add(pid)
-                asyncio.create_task(self._replace(pool, pid, worker.exitcode))
+                task = asyncio.create_task(self._replace(pool, pid, worker.exitcode))
+                self._replacing.add(task)
+                task.add_done_callback(self._replacing.discard)
 
     async def _replace(self, pool, pid: int, exit_code: int) -> None:
         logger.error(

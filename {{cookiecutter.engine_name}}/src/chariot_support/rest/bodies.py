@@ -1,0 +1,161 @@
+"""Request bodies as the REST transport reads them: the one reader, with its limit (the front's for inference, and
+`ControlBodies` for the app's other routes), and a body too dense or too deep to parse refused before any JSON
+parser sees it."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+import numpy as np
+
+from chariot_support.rest.errors import send_error
+
+_BRACKETS = np.zeros(256, np.int8)
+_BRACKETS[[ord("["), ord("{")]] = 1
+_BRACKETS[[ord("]"), ord("}")]] = -1
+
+
+def json_shape(body: bytes) -> tuple[int, int]:
+    """An upper bound on the number of values in a JSON document, and on its nesting depth, without parsing it:
+    a comma precedes every value but the first of a list or object, and brackets open and close levels. Commas and
+    brackets inside strings only raise the bounds (base64 holds neither). Runs at memchr speed."""
+    values = body.count(b",") + 1
+    opens = body.count(b"[") + body.count(b"{")
+    if opens <= 64:  # no deeper than its count of opening brackets: an ordinary request stops here
+        return values, opens
+    steps = _BRACKETS[np.frombuffer(body, np.uint8)]
+    steps = steps[steps != 0].astype(np.int32)
+    return values, int(np.cumsum(steps).max())
+
+
+BOTH_FRAMINGS = "the request has both Content-Length and Transfer-Encoding; send one"
+
+
+def both_framings(headers) -> bool:
+    """Whether a request's headers frame its body both ways: a proxy in front may read it one way and this server
+    the other (request smuggling)."""
+    names = {k.lower() for k, _ in headers}
+    return b"content-length" in names and b"transfer-encoding" in names
+
+
+class BodyTooLarge(Exception):
+    """A body past its limit; the message says so."""
+
+
+def body_too_large(size: str, max_bytes: int) -> str:
+    return (
+        f"the request body is {size}, more than this engine's limit of {max_bytes:,} bytes:"
+        " send fewer or smaller images per request, or raise CHARIOT_MAX_REQUEST_MB"
+    )
+
+
+async def shape_problem(body: bytes, *, max_elements: int, max_depth: int) -> tuple[int, str] | None:
+    """The status and message refusing a body too deep or with too many values to parse, or None. A large body is
+    counted off the event loop, so health keeps answering. Only a JSON object or list is counted: an image file sent
+    as the body (chariot-v2) holds bracket bytes by chance, and nothing in it nests."""
+    if body.lstrip()[:1] not in (b"{", b"["):
+        return None
+    values, depth = await asyncio.to_thread(json_shape, body) if len(body) > 65536 else json_shape(body)
+    if depth > max_depth:
+        return 400, f"the request body nests deeper than {max_depth} levels; no request needs that"
+    if values > max_elements:
+        return 413, (
+            f"the request body holds about {values:,} values, more than this engine parses in one request"
+            f" ({max_elements:,}, CHARIOT_MAX_ELEMENTS): send images as base64 files, or fewer values"
+        )
+    return None
+
+
+async def read_body(
+    receive, max_bytes: int, too_large: Callable[[str], str], on_chunk: Callable[[bytes, int], None] | None = None
+) -> bytes | None:
+    """A request's body, read whole: None when the client left (or was cut) first; BodyTooLarge with
+    `too_large("over N bytes")` as soon as it passes `max_bytes`. `on_chunk(chunk, received)` sees each piece as it
+    arrives (the body budget grows by it, the JSONL line counter reads it)."""
+    chunks = []
+    received = 0
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            return None
+        chunk = message.get("body", b"")
+        if chunk:
+            received += len(chunk)
+            if received > max_bytes:
+                raise BodyTooLarge(too_large(f"over {max_bytes:,} bytes"))
+            if on_chunk is not None:
+                on_chunk(chunk, received)
+            chunks.append(chunk)
+        if not message.get("more_body"):
+            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+def replay(body: bytes, receive):
+    """A receive that gives an already read body once, then whatever the client sends next (a disconnect)."""
+    replayed = False
+
+    async def again():
+        nonlocal replayed
+        if replayed:
+            return await receive()
+        replayed = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return again
+
+
+# The most a body may hold on the app's routes: inference is the front's, and what is left (repository index, load
+# and unload) takes a small JSON object. Bodies this small need no place in the body budget.
+MAX_CONTROL_BODY = 64 << 10
+
+
+def _control_too_large(size: str) -> str:
+    return (
+        f"the request body is {size}, more than the {MAX_CONTROL_BODY:,} bytes this route takes: it reads a small"
+        " JSON object (inference is sent to /v2/models/<name>/infer)"
+    )
+
+
+class Framing:
+    """Refuse, before the app's routes see it, a request whose body is framed both ways (see `both_framings`)."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "http" and both_framings(scope["headers"]):
+            return await send_error(send, 400, BOTH_FRAMINGS, close=True)
+        await self.app(scope, receive, send)
+
+
+class ControlBodies:
+    """The body of a POST to the app's routes (repository index, load and unload; inference is the front's): read
+    whole within MAX_CONTROL_BODY (refused before reading when Content-Length says so), refused before it is parsed
+    when it nests deeper than `max_depth` or holds more values than `max_elements`, and handed on as JSON whatever
+    its Content-Type (`curl -d` labels it form data), an empty one as `{}` (tritonclient sends a repository index
+    so)."""
+
+    def __init__(self, app, *, max_elements: int, max_depth: int):
+        self.app = app
+        self.max_elements = max_elements
+        self.max_depth = max_depth
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http" or scope["method"] != "POST":
+            return await self.app(scope, receive, send)
+        declared = dict(scope["headers"]).get(b"content-length", b"")
+        if declared.isdigit() and int(declared) > MAX_CONTROL_BODY:
+            return await send_error(send, 413, _control_too_large(f"{int(declared):,} bytes"))
+        try:
+            body = await read_body(receive, MAX_CONTROL_BODY, _control_too_large)
+        except BodyTooLarge as refused:
+            return await send_error(send, 413, str(refused))
+        if body is None:
+            return  # the client left
+        problem = await shape_problem(body, max_elements=self.max_elements, max_depth=self.max_depth)
+        if problem is not None:
+            return await send_error(send, *problem)
+        headers = [(k, v) for k, v in scope["headers"] if k != b"content-type"]
+        scope = {**scope, "headers": [*headers, (b"content-type", b"application/json")]}
+        await self.app(scope, replay(body or b"{}", receive), send)

@@ -2,8 +2,10 @@
 uvicorn's own protocol over a stand-in transport and, on a uvicorn where an assumption no longer holds, says in
 plain words what changed. Then the engine's protocol over the same transport, with its deadlines shortened."""
 
+import ast
 import asyncio
 import json
+from pathlib import Path
 
 import pytest
 from uvicorn.config import Config
@@ -163,7 +165,10 @@ def test_keep_alive_is_a_timer_the_protocol_arms_and_any_data_cancels():
 def test_a_request_cycle_marked_disconnected_ends_the_apps_receive_and_writes_nothing_more():
     got = []
 
+    scopes = []
+
     async def waits_for_body(scope, receive, send):
+        scopes.append(scope)
         got.append(await receive())
         await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
         await send({"type": "http.response.body", "body": b"ok"})
@@ -173,6 +178,7 @@ def test_a_request_cycle_marked_disconnected_ends_the_apps_receive_and_writes_no
         protocol.data_received(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n")
         await asyncio.sleep(0.01)
         cycle = protocol.cycle
+        assert scopes == [cycle.scope], "uvicorn's request cycle no longer holds the scope its app was called with"
         assert (cycle.response_started, cycle.response_complete, cycle.waiting_for_100_continue) == (
             False,
             False,
@@ -213,6 +219,8 @@ def test_flow_control_says_when_the_engine_holds_a_body_back_or_the_client_reads
         )
         protocol.pause_writing()
         assert protocol.flow.write_paused, "uvicorn's flow control no longer says write_paused while writes are paused"
+        protocol.resume_writing()
+        assert not protocol.flow.write_paused, "uvicorn's flow control no longer clears write_paused on resume_writing"
         protocol.connection_lost(None)  # ends the app's task, whose 500 would otherwise wait for writes to resume
 
     run(check)
@@ -335,3 +343,87 @@ def test_the_engines_protocol_builds_on_uvicorns(short_deadlines):
         assert protocol.transport.written.startswith(b"HTTP/1.1 200") and protocol._timer is None
 
     run(check)
+
+
+def uvicorn_uses() -> set[str]:
+    """What the engine's protocol (seams/uvicorn.py) uses of uvicorn's HttpToolsProtocol: each method it overrides
+    (`name()`), each attribute of uvicorn's it reads or sets on itself, and each attribute of uvicorn's objects it
+    reads through those (`flow.read_paused`)."""
+
+    async def made():  # uvicorn's protocol once it has read a request, with every attribute that sets
+        protocol = serve(answer, kind=HttpToolsProtocol)
+        protocol.data_received(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        await asyncio.sleep(0.01)
+        return protocol
+
+    theirs = set(dir(HttpToolsProtocol)) | set(vars(asyncio.run(made())))
+    tree = ast.parse(Path(connections.__file__).read_text())
+    engine = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "IdleLimitedProtocol")
+    used = {f"{n.name}()" for n in engine.body if isinstance(n, ast.FunctionDef) and n.name in theirs}
+    for node in ast.walk(engine):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self":
+            if node.attr in theirs and not node.attr.startswith("__"):
+                used.add(node.attr)
+        elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Attribute):
+            inner = node.value
+            if isinstance(inner.value, ast.Name) and inner.value.id == "self" and inner.attr in ("flow", "cycle"):
+                used.add(f"{inner.attr}.{node.attr}")
+        elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "cycle":
+            used.add(f"cycle.{node.attr}")  # `cycle = self.cycle`, then read
+    return used - {f"{n}()" for n in ("__init__",)}
+
+
+def test_every_use_of_uvicorns_protocol_has_a_canary():
+    """A part of uvicorn's protocol the engine's starts to use fails here until a canary for it is named in
+    UVICORN_CANARIES; one it stops using fails until its entry goes."""
+    used = uvicorn_uses()
+    missing = sorted(used - set(UVICORN_CANARIES))
+    assert not missing, f"seams/uvicorn.py uses these without a canary: {missing}; add one each to UVICORN_CANARIES"
+    stale = sorted(set(UVICORN_CANARIES) - used)
+    assert not stale, f"UVICORN_CANARIES lists what seams/uvicorn.py no longer uses: {stale}; take them out"
+    tests = {name for name, value in globals().items() if name.startswith("test_") and callable(value)}
+    for name, canaries in UVICORN_CANARIES.items():
+        for canary in canaries:
+            assert canary.__name__ in tests, f"the canary for {name}, {canary.__name__}, is not a test here"
+
+
+# Each part of uvicorn's protocol the engine's relies on, and the canaries that check it still holds.
+_PARSER = (test_the_parser_calls_back_at_a_heads_first_byte_its_end_each_body_chunk_and_the_response,)
+_KEEP_ALIVE = (test_keep_alive_is_a_timer_the_protocol_arms_and_any_data_cancels,)
+_CONNECTIONS = (test_connections_are_the_server_states_set_joined_and_left_by_the_protocol,)
+_CYCLE = (test_a_request_cycle_marked_disconnected_ends_the_apps_receive_and_writes_nothing_more,)
+_FLOW = (test_flow_control_says_when_the_engine_holds_a_body_back_or_the_client_reads_nothing,)
+_TASKS = (test_requests_run_as_tasks_in_the_servers_set_and_get_the_app_the_protocol_holds_at_their_heads_end,)
+_ENGINE = (test_the_engines_protocol_builds_on_uvicorns,)
+UVICORN_CANARIES = {
+    "connection_made()": (*_CONNECTIONS, *_KEEP_ALIVE),
+    "connection_lost()": _CONNECTIONS,
+    "data_received()": (*_PARSER, *_ENGINE),
+    "on_message_begin()": _PARSER,
+    "on_headers_complete()": (*_PARSER, *_TASKS),
+    "on_body()": _PARSER,
+    "on_response_complete()": _PARSER,
+    "loop": (*_KEEP_ALIVE, *_ENGINE),
+    "transport": _ENGINE,
+    "server_state": _CONNECTIONS,
+    "connections": _CONNECTIONS,
+    "tasks": _TASKS,
+    "app": _TASKS,
+    "url": _PARSER,
+    "cycle": _CYCLE,
+    "flow": _FLOW,
+    "timeout_keep_alive": _KEEP_ALIVE,
+    "timeout_keep_alive_task": _KEEP_ALIVE,
+    "timeout_keep_alive_handler": _KEEP_ALIVE,
+    "flow.read_paused": _FLOW,
+    "flow.write_paused": _FLOW,
+    "on_message_complete()": _PARSER,
+    "pause_writing()": (*_FLOW, test_a_client_that_leaves_its_answer_unread_is_cut_after_the_body_timeout),
+    "resume_writing()": _FLOW,
+    "cycle.waiting_for_100_continue": _CYCLE,
+    "cycle.response_complete": _CYCLE,
+    "cycle.response_started": _CYCLE,
+    "cycle.disconnected": _CYCLE,
+    "cycle.message_event": _CYCLE,
+    "cycle.scope": _CYCLE,
+}

@@ -18,6 +18,7 @@ from prometheus_client import Counter as PrometheusCounter
 
 from chariot_support.errors import Overloaded
 from chariot_support.protocols.v2_grpc import fields_past
+from chariot_support.seams.grpc import EOF, answer, read, served_raw
 from chariot_support.serving.admission import LARGE_BODY, BodyBudget
 from chariot_support.settings import EngineSettings
 
@@ -170,9 +171,7 @@ class CallLimits(aio.ServerInterceptor):
         if handler is None or handler.request_streaming or handler.response_streaming:
             return handler
         name = handler_call_details.method.rpartition("/")[2]
-        return grpc.stream_stream_rpc_method_handler(
-            functools.partial(self._serve, handler, name), response_serializer=handler.response_serializer
-        )
+        return served_raw(handler, functools.partial(self._serve, handler, name))
 
     async def _serve(self, handler: grpc.RpcMethodHandler, name: str, _requests, context) -> None:
         counted = name not in UNCOUNTED
@@ -216,7 +215,7 @@ class CallLimits(aio.ServerInterceptor):
                 )
             response = await handler.unary_unary(request, context)
             del request
-            await context.write(response)  # returns once the answer is on its way: the client reads it
+            await answer(context, response)  # returns once the answer is on its way: the client reads it
         finally:
             self.in_flight -= counted
             if held:
@@ -272,7 +271,7 @@ class CallLimits(aio.ServerInterceptor):
         timed_out = False
         try:
             async with asyncio.timeout(self.read_timeout):
-                message = await context.read()
+                message = await read(context)
         except TimeoutError:
             timed_out = True
         if timed_out:
@@ -283,7 +282,7 @@ class CallLimits(aio.ServerInterceptor):
                 f"the {name} request message did not arrive within {self.read_timeout:g} s"
                 " (CHARIOT_GRPC_READ_TIMEOUT): send the message with the call",
             )
-        if message is aio.EOF:
+        if message is EOF:
             await self._refuse(
                 context,
                 "malformed",

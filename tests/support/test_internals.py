@@ -626,18 +626,16 @@ def test_the_grpc_server_is_built_by_the_aio_name_the_engine_swaps(released_metr
 
 # MLServer's modules the support package may use outside seams/mlserver.py: its documented API (types, settings,
 # errors, the data plane and repository handlers, the gRPC messages and their converters).
+# MLServer's documented surface: the runtime base class, its types, settings, codecs and errors, and the messages and
+# service generated from the V2 gRPC .proto. Everything else of MLServer's is reached through seams/mlserver.py.
 PUBLIC_MLSERVER = {
-    "mlserver",
+    "mlserver.MLModel",
+    "mlserver.codecs",
     "mlserver.errors",
-    "mlserver.grpc.converters",
     "mlserver.grpc.dataplane_pb2",
     "mlserver.grpc.dataplane_pb2_grpc",
-    "mlserver.grpc.utils",
-    "mlserver.handlers",
-    "mlserver.repository",
     "mlserver.settings",
     "mlserver.types",
-    "mlserver.utils",
 }
 
 
@@ -649,24 +647,25 @@ def is_private(name: str) -> bool:
     return name.startswith("_") and not name.endswith("__")
 
 
-def test_only_internals_reaches_past_mlservers_public_modules():
-    """Outside seams/mlserver.py (and seams/uvicorn.py, uvicorn's seam) the support package imports MLServer's public
-    modules only, and reads no private attribute of an object other than its own."""
+def test_only_the_seams_reach_past_mlservers_documented_surface():
+    """Outside seams/ the support package imports MLServer's documented surface only, and reads no private
+    attribute of an object other than its own."""
     import chariot_support
 
+    package = Path(chariot_support.__file__).parent
     reached = []
-    for path in sorted(Path(chariot_support.__file__).parent.glob("*.py")):
-        if path.stem in ("internals", "connections"):
+    for path in sorted(package.rglob("*.py")):
+        if path.parent.name == "seams":
             continue
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("mlserver"):
                 names = [a.name for a in node.names]
                 if not is_public_mlserver(node.module, names) or any(map(is_private, names)):
-                    reached.append(f"{path.name}: from {node.module} import {', '.join(names)}")
+                    reached.append(f"{path.relative_to(package)}: from {node.module} import {', '.join(names)}")
             elif isinstance(node, ast.Import) and any(a.name.startswith("mlserver.") for a in node.names):
-                reached.append(f"{path.name}: import {', '.join(a.name for a in node.names)}")
+                reached.append(f"{path.relative_to(package)}: import {', '.join(a.name for a in node.names)}")
             elif isinstance(node, ast.Attribute) and is_private(node.attr) and not is_self(node.value):
-                reached.append(f"{path.name}:{node.lineno}: {ast.unparse(node)}")
+                reached.append(f"{path.relative_to(package)}:{node.lineno}: {ast.unparse(node)}")
     assert not reached, "move these into seams/mlserver.py, with a canary each:\n" + "\n".join(reached)
 
 
@@ -777,7 +776,82 @@ def test_mlservers_http_metrics_are_where_the_inference_front_counts_them():
     )
 
 
-# Each thing seams/mlserver.py uses of MLServer beyond its public API, and the canaries that check it still holds.
+def test_mlservers_grpc_converters_carry_requests_and_answers_both_ways():
+    """The engine's gRPC service and test helpers read and write V2 messages with MLServer's converters."""
+    from mlserver.grpc import dataplane_pb2 as pb
+    from mlserver.types import (
+        InferenceRequest,
+        MetadataModelResponse,
+        MetadataServerResponse,
+        RepositoryIndexRequest,
+    )
+
+    image = {"name": "image-0", "shape": [1], "datatype": "BYTES", "data": ["aGk="]}
+    request = InferenceRequest.model_validate({"id": "r", "parameters": {"metadata": "{}"}, "inputs": [image]})
+    message = internals.ModelInferRequestConverter.from_types(request, model_name="m-x", use_raw=True)
+    holds(
+        message.model_name == "m-x" and message.raw_input_contents, "ModelInferRequestConverter writes no raw contents"
+    )
+    back = internals.ModelInferRequestConverter.to_types(message)
+    holds(back.inputs[0].name == "image-0" and back.id == "r", "ModelInferRequestConverter no longer reads its own")
+    contents = pb.InferTensorContents(bytes_contents=[b"[]"])
+    output = pb.ModelInferResponse.InferOutputTensor(name="image-0", datatype="BYTES", shape=[1], contents=contents)
+    answer = internals.ModelInferResponseConverter.to_types(pb.ModelInferResponse(model_name="m-x", outputs=[output]))
+    holds(answer.outputs[0].data.root == [b"[]"], "ModelInferResponseConverter no longer reads an answer's BYTES")
+    server = MetadataServerResponse(name="n", version="1", extensions=[])
+    holds(internals.ServerMetadataResponseConverter.from_types(server).name == "n", "ServerMetadataResponseConverter")
+    model = MetadataModelResponse(name="m-x", platform="p")
+    holds(internals.ModelMetadataResponseConverter.from_types(model).name == "m-x", "ModelMetadataResponseConverter")
+    index = internals.RepositoryIndexRequestConverter.to_types(pb.RepositoryIndexRequest(ready=True))
+    holds(isinstance(index, RepositoryIndexRequest) and index.ready, "RepositoryIndexRequestConverter reads no index")
+
+
+def test_mlservers_grpc_metadata_helpers_turn_metadata_into_headers_and_back():
+    """The gRPC service reads a call's metadata as headers (request ids) and sends the answer's headers as trailing
+    metadata, with MLServer's helpers."""
+
+    import grpc
+    from grpc import aio
+
+    async def call() -> tuple[dict, dict]:
+        seen = {}
+
+        async def say(request: bytes, context) -> bytes:
+            seen.update(internals.to_headers(context))
+            context.set_trailing_metadata(internals.to_metadata({"CE-Id": "abc"}))
+            return request
+
+        server = aio.server()
+        handler = grpc.unary_unary_rpc_method_handler(say)
+        server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler("canary.Echo", {"Say": handler})])
+        port = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+        try:
+            async with aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+                answer = channel.unary_unary("/canary.Echo/Say")(b"x", metadata=(("x-request-id", "r-1"),), timeout=10)
+                await answer
+                trailing = await answer.trailing_metadata()
+        finally:
+            await server.stop(None)
+        return seen, dict(trailing)
+
+    headers, trailing = asyncio.run(call())
+    holds(headers.get("x-request-id") == "r-1", f"to_headers no longer reads a call's metadata as headers ({headers})")
+    holds(trailing.get("ce-id") == "abc", f"to_metadata no longer writes headers as (lowercase) metadata ({trailing})")
+
+
+def test_mlservers_uvloop_helper_installs_uvloops_policy():
+    import uvloop
+
+    before = asyncio.get_event_loop_policy()
+    try:
+        internals.install_uvloop_event_loop()
+        holds(isinstance(asyncio.get_event_loop_policy(), uvloop.EventLoopPolicy), "uvloop's policy is not installed")
+    finally:
+        asyncio.set_event_loop_policy(before)
+
+
+# Each thing seams/mlserver.py uses of MLServer beyond its documented surface, and the canaries that check it still holds.
 _POOLS = (test_worker_pools_are_the_registrys_pools_and_their_workers,)
 _REPLACE = (test_replace_worker_fails_a_stopped_workers_requests_and_starts_one_with_the_models,)
 _GUARD = (test_a_guarded_dispatcher_rotates_over_the_policys_workers_and_bounds_each_predict,)
@@ -785,7 +859,23 @@ _SERVED = (test_served_inference_does_what_mlservers_data_plane_does_around_an_i
 _ENGINE = (test_the_engine_server_builds_and_starts_mlservers_servers_from_its_parts,)
 _GRPC = (*_ENGINE, test_the_grpc_server_keeps_mlservers_interceptors_tracing_included)
 _GRPC_AIO = (test_the_grpc_server_is_built_by_the_aio_name_the_engine_swaps,)
+_CONVERTERS = (test_mlservers_grpc_converters_carry_requests_and_answers_both_ways,)
+_METADATA = (test_mlservers_grpc_metadata_helpers_turn_metadata_into_headers_and_back,)
 CANARIES = {
+    # MLServer's parts the rest of the support package imports from the seam
+    "mlserver.MLServer": _ENGINE,
+    "mlserver.handlers.DataPlane": (*_SERVED, test_the_data_plane_answers_every_method_of_mlservers_itself),
+    "mlserver.handlers.ModelRepositoryHandlers": _ENGINE,
+    "mlserver.repository.ModelRepository": _ENGINE,
+    "mlserver.utils.extract_headers": _SERVED,
+    "mlserver.utils.install_uvloop_event_loop": (test_mlservers_uvloop_helper_installs_uvloops_policy,),
+    "mlserver.grpc.converters.ModelInferRequestConverter": _CONVERTERS,
+    "mlserver.grpc.converters.ModelInferResponseConverter": _CONVERTERS,
+    "mlserver.grpc.converters.ModelMetadataResponseConverter": _CONVERTERS,
+    "mlserver.grpc.converters.RepositoryIndexRequestConverter": _CONVERTERS,
+    "mlserver.grpc.converters.ServerMetadataResponseConverter": _CONVERTERS,
+    "mlserver.grpc.utils.to_headers": _METADATA,
+    "mlserver.grpc.utils.to_metadata": _METADATA,
     # The parallel workers (serving/workers.py's supervisor)
     "_default_pool": _POOLS,
     "_pools": _POOLS,

@@ -176,8 +176,9 @@ def grpc_request(body: dict, model_name: str, *, raw: bool = False):
         return {**{k: v for k, v in t.items() if k != "parameters"}, "data": data}
 
     from mlserver.grpc import dataplane_pb2 as pb
-    from mlserver.grpc.converters import ModelInferRequestConverter
     from mlserver.types import InferenceRequest
+
+    from chariot_support.seams.mlserver import ModelInferRequestConverter
 
     plain = {k: v for k, v in body.items() if k != "parameters" and v is not None}
     request = InferenceRequest.model_validate({**plain, "inputs": [tensor(t) for t in body["inputs"]]})
@@ -191,7 +192,7 @@ def grpc_request(body: dict, model_name: str, *, raw: bool = False):
 
 def grpc_results(response) -> dict[str, list]:
     """Each output's result list from a gRPC ModelInferResponse, whichever field carries the bytes."""
-    from mlserver.grpc.converters import ModelInferResponseConverter
+    from chariot_support.seams.mlserver import ModelInferResponseConverter
 
     answer = ModelInferResponseConverter.to_types(response)
     return {output.name: json.loads(output.data.root[0]) for output in answer.outputs}

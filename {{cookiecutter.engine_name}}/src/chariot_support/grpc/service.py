@@ -11,19 +11,18 @@ from collections.abc import Callable
 import grpc
 from grpc import aio
 from mlserver.grpc import dataplane_pb2 as pb
-from mlserver.grpc.converters import (
-    ModelMetadataResponseConverter,
-    RepositoryIndexRequestConverter,
-    ServerMetadataResponseConverter,
-)
 from mlserver.grpc.dataplane_pb2_grpc import GRPCInferenceServiceServicer
-from mlserver.grpc.utils import to_headers, to_metadata
 
 from chariot_support.errors import internal_error
 from chariot_support.grpc.limits import off_loop_if_large
 from chariot_support.protocols import v2_grpc
 from chariot_support.seams.mlserver import (
     SERVING_ERRORS,
+    ModelMetadataResponseConverter,
+    RepositoryIndexRequestConverter,
+    ServerMetadataResponseConverter,
+    to_headers,
+    to_metadata,
 )
 from chariot_support.serving.data_plane import ChariotDataPlane, ChariotRepositoryHandlers
 from chariot_support.serving.logs import log_request, request_entry

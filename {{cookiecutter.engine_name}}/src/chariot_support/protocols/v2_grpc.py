@@ -12,12 +12,12 @@ from typing import Any
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.unknown_fields import UnknownFieldSet
 from mlserver.grpc import dataplane_pb2 as pb
-from mlserver.grpc.converters import ModelInferRequestConverter
 
 from chariot_support.errors import BadRequest, TooLarge
 from chariot_support.protocols import v2_rest as v2
 from chariot_support.protocols.chariot_v2_kserve import plain_parameters
 from chariot_support.protocols.request import Answer, Request, Tensor
+from chariot_support.seams.mlserver import ModelInferRequestConverter
 
 
 def parse(request: pb.ModelInferRequest, most: int) -> Request:

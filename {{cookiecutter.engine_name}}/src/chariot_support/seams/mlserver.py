@@ -21,15 +21,29 @@ from mlserver import MLServer
 from mlserver.context import model_context, model_name_var
 from mlserver.errors import MLServerError
 from mlserver.grpc import server as mlserver_grpc_server
+
+# MLServer's parts the engine builds on that its documentation does not describe (it documents its types, settings,
+# codecs, errors and generated gRPC messages): the rest of the support package imports them from here, and each has
+# its canary, as every other use in this module.
+from mlserver.grpc.converters import ModelInferRequestConverter as ModelInferRequestConverter
+from mlserver.grpc.converters import ModelInferResponseConverter as ModelInferResponseConverter
+from mlserver.grpc.converters import ModelMetadataResponseConverter as ModelMetadataResponseConverter
+from mlserver.grpc.converters import RepositoryIndexRequestConverter as RepositoryIndexRequestConverter
+from mlserver.grpc.converters import ServerMetadataResponseConverter as ServerMetadataResponseConverter
 from mlserver.grpc.server import GRPCServer
 from mlserver.grpc.servicers import InferenceServicer
-from mlserver.handlers import DataPlane
+from mlserver.grpc.utils import to_headers as to_headers
+from mlserver.grpc.utils import to_metadata as to_metadata
+from mlserver.handlers import DataPlane as DataPlane
+from mlserver.handlers import ModelRepositoryHandlers as ModelRepositoryHandlers
 from mlserver.parallel.errors import WorkerError, WorkerStop
 from mlserver.parallel.messages import ModelRequestMessage
 from mlserver.parallel.model import ParallelModel
+from mlserver.repository import ModelRepository as ModelRepository
 from mlserver.settings import ModelSettings, Settings
 from mlserver.types import InferenceResponse
 from mlserver.utils import extract_headers
+from mlserver.utils import install_uvloop_event_loop as install_uvloop_event_loop
 from starlette_exporter import PrometheusMiddleware
 
 from chariot_support.errors import ChariotError, ModelLoadFailed, WorkersDown

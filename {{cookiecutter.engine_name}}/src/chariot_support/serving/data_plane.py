@@ -9,8 +9,6 @@ from contextlib import contextmanager
 from typing import Any
 
 from mlserver.errors import ModelNotFound
-from mlserver.handlers import DataPlane, ModelRepositoryHandlers
-from mlserver.repository import ModelRepository
 from mlserver.settings import ModelSettings
 from mlserver.types import (
     MetadataModelResponse,
@@ -23,6 +21,9 @@ from chariot_support import model_id as model_id_rule
 from chariot_support.errors import ChariotError, DoesNotStream, NotFound
 from chariot_support.seams.mlserver import (
     SERVING_ERRORS,
+    DataPlane,
+    ModelRepository,
+    ModelRepositoryHandlers,
 )
 from chariot_support.serving.pipeline import Pipeline
 from chariot_support.settings import EngineSettings

@@ -8,12 +8,10 @@ import os
 from typing import Any
 
 from fastapi import FastAPI
-from mlserver.handlers import DataPlane, ModelRepositoryHandlers
 from mlserver.settings import ModelParameters, ModelSettings, Settings
 from mlserver.types import (
     MetadataTensor,
 )
-from mlserver.utils import install_uvloop_event_loop
 
 from chariot_support import model_id as model_id_rule
 from chariot_support.errors import ModelLoadFailed
@@ -23,7 +21,10 @@ from chariot_support.model.base import ChariotModel
 from chariot_support.rest.legacy_routes import install_legacy_routes
 from chariot_support.rest.routes import install_chariot_routes
 from chariot_support.seams.mlserver import (
+    DataPlane,
     EngineServer,
+    ModelRepositoryHandlers,
+    install_uvloop_event_loop,
     set_uvicorn_options,
 )
 from chariot_support.seams.uvicorn import IdleLimitedProtocol

@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 
 from chariot_support.errors import BadRequest
-from chariot_support.protocols.chariot_v2_kserve import check_base64, refuse_reserved
+from chariot_support.protocols.chariot_v2_kserve import decode_base64, refuse_reserved
 from chariot_support.protocols.images import IMAGE_MAGIC
 from chariot_support.protocols.request import Place, Request, Tensor
 
@@ -210,7 +210,7 @@ def _json_input(value: Any, place: Place, name: str) -> Tensor:
     image = value["input"]
     if not isinstance(image, str):
         raise BadRequest(f"{where}: 'input' must be a base64 string of the image file, got {type(image).__name__}")
-    check_base64(image, f"{where}: 'input'")
+    decode_base64(image, f"{where}: 'input'")
     parameters = value.get("parameters", {})
     if parameters is None:
         parameters = {}

@@ -244,15 +244,20 @@ def _without_whitespace(text: str) -> str:
     return text.translate(_whitespace())
 
 
-def check_base64(text: str, where: str) -> None:
-    """Refuse text that is not the standard base64 of a non-empty file, saying where it was."""
+def decode_base64(text: str, where: str) -> bytes:
+    """The non-empty file `text` holds as standard base64 (line-wrapped, MIME style, is tolerated, nothing else);
+    anything else is refused, saying where it was."""
     refuse_data_url(text, where)
     try:
-        raw = base64.b64decode(_without_whitespace(text), validate=True)
-    except (binascii.Error, ValueError) as exc:
-        raise BadRequest(f"{where} is not valid base64 ({exc}); send the image file as standard base64") from None
+        raw = base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        try:
+            raw = base64.b64decode(_without_whitespace(text), validate=True)
+        except (binascii.Error, ValueError) as exc:
+            raise BadRequest(f"{where} is not valid base64 ({exc}); send the image file as standard base64") from None
     if not raw:
         raise BadRequest(f"{where} is empty; send the image file as base64")
+    return raw
 
 
 def _image_bytes(value: Any, item: str) -> bytes:
@@ -262,15 +267,4 @@ def _image_bytes(value: Any, item: str) -> bytes:
         value = bytes(value).decode("ascii", errors="replace")
     if not isinstance(value, str):
         raise BadRequest(f"{item} must be a base64 string of an image file, got {type(value).__name__}")
-    refuse_data_url(value, item)
-    try:
-        raw = base64.b64decode(value, validate=True)
-    except (binascii.Error, ValueError):
-        try:
-            # Tolerate line-wrapped base64 (MIME style), nothing else.
-            raw = base64.b64decode(_without_whitespace(value), validate=True)
-        except (binascii.Error, ValueError) as exc:
-            raise BadRequest(f"{item} is not valid base64 ({exc}); send the image file as standard base64") from None
-    if not raw:
-        raise BadRequest(f"{item} is empty; send the image file as base64")
-    return raw
+    return decode_base64(value, item)

@@ -15,7 +15,7 @@ import orjson
 from chariot_support.errors import BadRequest, NotImplementedByModel
 from chariot_support.model.base import has_explain
 from chariot_support.model.tasks import TaskType
-from chariot_support.protocols.chariot_v2_kserve import check_base64, refuse_reserved
+from chariot_support.protocols.chariot_v2_kserve import decode_base64, refuse_reserved
 from chariot_support.protocols.request import Answer, Tensor
 from chariot_support.protocols.request import Request as V2Request
 
@@ -171,10 +171,10 @@ def _image_value(value: Any, where: str) -> str | bytes | None:
     if isinstance(value, dict) and "b64" in value:
         if len(value) != 1 or not isinstance(value["b64"], str):
             raise BadRequest(f'{where} must be {{"b64": "<base64 of the image file>"}} and nothing else')
-        check_base64(value["b64"], f"{where}.b64")
+        decode_base64(value["b64"], f"{where}.b64")
         return value["b64"]
     if isinstance(value, str):
-        check_base64(value, where)
+        decode_base64(value, where)
         return value
     if isinstance(value, list):
         return _pixels_file(value, where)

@@ -117,8 +117,7 @@ class IdleLimitedProtocol(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_timer()
-        if self._write_timer is not None:
-            self._write_timer.cancel()
+        self._cancel_write_timer()
         if self._table is not None:
             self._table.activity.pop(self, None)
         super().connection_lost(exc)
@@ -183,6 +182,9 @@ class IdleLimitedProtocol(HttpToolsProtocol):
 
     def resume_writing(self) -> None:
         super().resume_writing()
+        self._cancel_write_timer()
+
+    def _cancel_write_timer(self) -> None:
         if self._write_timer is not None:
             self._write_timer.cancel()
             self._write_timer = None

@@ -14,6 +14,7 @@ from chariot_support.dev.testing import chariot_request, image_input, run_engine
 from chariot_support.model.base import ChariotModel
 from chariot_support.model.tasks import TaskType
 from chariot_support.serving.copies import copies_wanted, threads_per_call
+from chariot_support.settings import EngineSettings
 
 HERE = Path(__file__).parent
 PIXELS = np.zeros((16, 16, 3), np.uint8)
@@ -39,7 +40,11 @@ def test_how_many_copies():
     assert copies_wanted(Locked, threads=4, setting="threads") == 4
     for bad in ("0", "two", "-1"):
         with pytest.raises(ValueError, match="CHARIOT_MODEL_COPIES must be a whole number of at least 1, or 'threads'"):
-            copies_wanted(Locked, threads=4, setting=bad)
+            EngineSettings.from_env({"CHARIOT_MODEL_COPIES": bad})
+    assert EngineSettings.from_env({"CHARIOT_MODEL_COPIES": "threads"}).model_copies == "threads"
+    for bad in (0, "two", True):
+        with pytest.raises(ValueError, match=r"Bad.copies must be a whole number of at least 1, or 'threads'"):
+            copies_wanted(type("Bad", (Locked,), {"copies": bad}), threads=4)
 
 
 def test_threads_per_call_share_the_cores():

@@ -117,6 +117,12 @@ class EngineSettings:
                 "CHARIOT_PREDICT_INLINE runs one predict at a time on the event loop, so no request could wait for"
                 " others to batch with: set CHARIOT_MAX_BATCH_SIZE=1, or turn CHARIOT_PREDICT_INLINE off"
             )
+        copies = settings.model_copies
+        if copies and copies != "threads" and not (copies.isdigit() and int(copies) >= 1):
+            raise ValueError(
+                f"environment variable CHARIOT_MODEL_COPIES must be a whole number of at least 1, or 'threads',"
+                f" got {copies!r}"
+            )
         if settings.body_budget_mb < settings.max_request_mb:
             raise ValueError(
                 f"CHARIOT_BODY_BUDGET_MB ({settings.body_budget_mb}) is smaller than CHARIOT_MAX_REQUEST_MB"

@@ -28,6 +28,7 @@ from chariot_support.client import cli as client
 from chariot_support.evaluate.data import Dataset, DatasetError, Sample, load
 from chariot_support.evaluate.metrics import Bound
 from chariot_support.model.tasks import TaskType
+from chariot_support.settings import EngineSettings
 
 DEFAULT_OUT = Path("evaluation")
 # Low enough that the precision-recall curves run to the end: Chariot's default threshold would cut them at 0.5.
@@ -271,10 +272,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         check_out(args.out)
         if args.url and (args.engine or args.model_dir):
             raise ValueError("--engine and --model-dir are for an engine started here; with --url the engine runs")
+        engine_settings = EngineSettings.from_env()  # the engine's own, as the engine it evaluates reads them
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    model_id = args.model_id or os.environ.get("CHARIOT_MODEL_ID", "").lower() or "demo"
+    model_id = args.model_id or engine_settings.model_id.lower() or "demo"
     try:
         with engine_url(args) as (url, engine):
             task = TaskType(args.task) if args.task else task_of(url, model_id, headers)
@@ -302,7 +304,7 @@ def finish(args, engine: str, dataset: Dataset, answers: dict[str, list[dict]], 
     from chariot_support.evaluate.metrics import gate, score
     from chariot_support.model.labels import read_labels
 
-    model_dir = args.model_dir or (Path(os.environ["MODEL_DIR"]) if "MODEL_DIR" in os.environ else None)
+    model_dir = args.model_dir or EngineSettings.from_env().model_dir
     declared: list[str] = []
     if not args.url and model_dir is not None:
         try:

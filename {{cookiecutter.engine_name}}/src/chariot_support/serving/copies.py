@@ -15,16 +15,16 @@ def copies_wanted(model_class: type[ChariotModel], threads: int, setting: str = 
     or `threads` for one per worker thread), else the model's own `copies`."""
     if model_class.thread_safe:
         return 1
-    value = setting.strip() or str(model_class.copies)
-    if value == "threads":
+    if setting:  # checked when the settings were read
+        return threads if setting == "threads" else int(setting)
+    copies = model_class.copies
+    if copies == "threads":
         return threads
-    try:
-        number = int(value)
-    except ValueError:
-        number = 0
-    if number < 1:
-        raise ValueError(f"CHARIOT_MODEL_COPIES must be a whole number of at least 1, or 'threads'; got {value!r}")
-    return number
+    if not isinstance(copies, int) or isinstance(copies, bool) or copies < 1:
+        raise ValueError(
+            f"{model_class.__name__}.copies must be a whole number of at least 1, or 'threads'; got {copies!r}"
+        )
+    return copies
 
 
 def threads_per_call(cpus: int, calls: int) -> int:

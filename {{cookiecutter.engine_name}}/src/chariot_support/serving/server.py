@@ -18,8 +18,8 @@ from chariot_support.errors import ModelLoadFailed
 from chariot_support.grpc.limits import CallLimits
 from chariot_support.grpc.service import ChariotInferenceServicer
 from chariot_support.model.base import ChariotModel
+from chariot_support.rest.app import install_rest_app
 from chariot_support.rest.legacy_routes import install_legacy_routes
-from chariot_support.rest.routes import install_chariot_routes
 from chariot_support.seams.mlserver import (
     DataPlane,
     EngineServer,
@@ -166,7 +166,7 @@ class ChariotServer(EngineServer):
 
     def install_routes(self, rest_app: FastAPI, metrics_app: FastAPI | None) -> None:
         data_plane = self._chariot_plane
-        install_chariot_routes(rest_app, data_plane, self.settings, self.body_budget)
+        install_rest_app(rest_app, data_plane, self.settings, self.body_budget)
         install_legacy_routes(rest_app, data_plane.pipeline)
         close_api_pages(rest_app, metrics_app, api_docs=self.engine.api_docs)
 

@@ -1,4 +1,5 @@
-"""The REST routes Chariot calls beside MLServer's V2 routes, and `{"error"}` bodies for every error."""
+"""The engine's REST app, built on MLServer's: the inference front outermost, the request log, the framing check and
+the bodies of the other routes, the routes Chariot calls beside MLServer's, and `{"error"}` bodies for every error."""
 
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ NOT_READY = (
 )
 
 
-def install_chariot_routes(app: FastAPI, data_plane: ChariotDataPlane, settings: Settings, budget: BodyBudget) -> None:
+def install_rest_app(app: FastAPI, data_plane: ChariotDataPlane, settings: Settings, budget: BodyBudget) -> None:
     """Put the inference front (rest/front.py) before MLServer's REST app, which keeps every other route; add the paths
     Chariot calls beside MLServer's, and make every error body `{"error": ...}`."""
     # Chariot's URLs end in a slash; MLServer would 307-redirect them to an absolute URL that is wrong behind

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import importlib.abc
+import importlib.machinery
+import sys
+import types
+import warnings
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
@@ -47,6 +52,57 @@ __all__ = [
     "sigmoid",
     "softmax",
 ]
+
+
+# Modules of the package's flat layout (before its sub-packages) and where each lives now. A model.py or
+# test_task.py written against that layout keeps importing (template updates leave those files to their author), with
+# a warning naming the new place.
+MOVED = {
+    "base": "model.base",
+    "tasks": "model.tasks",
+    "detectors": "model.detectors",
+    "labels": "model.labels",
+    "onnx_session": "model.onnx_session",
+    "demo": "model.demo",
+    "images": "protocols.images",
+    "tensors": "protocols.tensors",
+    "testing": "dev.testing",
+    "model_check": "dev.model_check",
+    "deps": "dev.deps",
+    "drawing": "client.drawing",
+}
+
+
+class _MovedModule(types.ModuleType):
+    """An old module name: every attribute is the new module's own (the same classes, not copies)."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(import_module(self.__dict__["moved_to"]), name)
+
+
+class _MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None):
+        package, _, old = fullname.partition(".")
+        if package != __name__ or old not in MOVED:
+            return None
+        return importlib.machinery.ModuleSpec(fullname, self)
+
+    def create_module(self, spec):
+        module = _MovedModule(spec.name)
+        module.moved_to = f"{__name__}.{MOVED[spec.name.partition('.')[2]]}"
+        return module
+
+    def exec_module(self, module) -> None:
+        warnings.warn(
+            f"{module.__name__} is now {module.moved_to} (the support package is in sub-packages): import from there",
+            FutureWarning,
+            stacklevel=2,
+        )
+        import_module(module.moved_to)
+
+
+if not any(isinstance(finder, _MovedModules) for finder in sys.meta_path):
+    sys.meta_path.append(_MovedModules())
 
 
 def __getattr__(name: str) -> Any:

@@ -226,3 +226,50 @@ def test_a_dependency_the_user_added_and_one_the_template_added_merge_in_an_upda
     assert "<<<<<<<" not in merged
     dependencies = tomllib.loads(merged)["project"]["dependencies"]
     assert dependencies[-3:] == ["uvloop>=0.21,<0.22", "zstandard==0.25.0", "onnxruntime==1.32.0"], dependencies
+
+
+# The last template commit of the flat support package: engines baked from it must update to the sub-packages.
+FLAT_LAYOUT = "f68957f"
+
+
+def test_an_engine_baked_from_the_flat_layout_updates_and_its_own_suite_stays_green(tmp_path, isolated):
+    """An engine baked before the support package had sub-packages updates with cruft, keeps the model.py and
+    test_task.py its author owns (which import the old module names), and passes its own tests."""
+    template = tmp_path / "template"
+    template.mkdir()
+    archive = subprocess.run(
+        ["git", "archive", FLAT_LAYOUT], cwd=TEMPLATE_ROOT, capture_output=True, check=True, timeout=60
+    ).stdout
+    subprocess.run(["tar", "-x", "-C", str(template)], input=archive, check=True, timeout=60)
+    run(["git", "init", "-q"], template, isolated)
+    commit(template, "flat template", isolated)
+    engine = cruft_engine(template, {"engine_name": "road-sign", "task_type": "Object Detection"}, tmp_path, isolated)
+    owned = {name: (engine / name).read_text() for name in ("src/road_sign/model.py", "tests/test_task.py")}
+    assert "from chariot_support.demo import" in owned["src/road_sign/model.py"]
+
+    for each in list(template.iterdir()):
+        if each.name != ".git":
+            shutil.rmtree(each) if each.is_dir() else each.unlink()
+    for each in ("cookiecutter.json", "hooks", ENGINE_TEMPLATE.name):
+        source = TEMPLATE_ROOT / each
+        destination = template / each
+        if source.is_dir():
+            shutil.copytree(source, destination, ignore=LEFT_BEHIND)
+        else:
+            shutil.copy(source, destination)
+    commit(template, "sub-packages", isolated)
+    run([*CRUFT, "update", "--skip-apply-ask"], engine, isolated)
+
+    assert (engine / "src" / "chariot_support" / "model" / "demo.py").is_file()
+    assert not (engine / "src" / "chariot_support" / "demo.py").exists()
+    assert {name: (engine / name).read_text() for name in owned} == owned, "the update touched the author's files"
+    suite = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"],
+        cwd=engine,
+        env=isolated,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert suite.returncode == 0, suite.stdout[-4000:] + suite.stderr[-2000:]
+    assert "is now chariot_support.model.demo" in suite.stdout, "the old module name should say where it went"

@@ -71,9 +71,12 @@ class EngineSettings:
     # Off unless turned on: model repository load/unload, and the API docs pages.
     repository_api: bool = _setting("CHARIOT_REPOSITORY_API", False)
     api_docs: bool = _setting("CHARIOT_API_DOCS", False)
-    # uvicorn: most connections and requests at once (more get a 503), and seconds an idle keep-alive stays open.
+    # uvicorn: most connections and requests at once (more get a 503), and seconds an idle keep-alive stays open:
+    # longer than the proxies in front keep idle pooled connections (nginx 60 s), so that they close them first and
+    # never send a request on a connection the engine is closing (it would be lost). The table of connections
+    # closes the idlest when full, so long keep-alives do not lock out new clients.
     max_connections: int = _setting("CHARIOT_MAX_CONNECTIONS", 512)
-    keep_alive: float = _setting("CHARIOT_KEEP_ALIVE", 5.0)
+    keep_alive: float = _setting("CHARIOT_KEEP_ALIVE", 75.0)
     # Deadlines that free the connections of clients too slow to send or to read (see seams/uvicorn.py): seconds from
     # a request's first byte to the end of its head, and, while its body arrives, the window in which it must bring
     # at least CHARIOT_MIN_BODY_RATE KiB a second (0: only a window that brings nothing at all is cut), which is also

@@ -14,7 +14,6 @@ import sys
 import sysconfig
 import tempfile
 import urllib.request
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -35,59 +34,12 @@ except ImportError:  # packaging is pinned in constraints.txt, but pip always ca
 from baking import default_engine
 from chariot_support.dev.testing import chariot_request, engine_package, free_port, image_input, run_engine
 from chariot_support.serving.server import ENGINE_DEFAULTS
+from dockerfile import Instruction, command, commands, env_of, last, parse_dockerfile
 
 ROOT = default_engine()
 HEALTH_PATHS = {"/v2/health/ready", "/v2/health/live", "/ready"}  # the health routes the engine serves
 SLIM_PYTHON = re.compile(r"(?:docker\.io/(?:library/)?)?python:(\d+\.\d+)(\.\d+)?-slim-[a-z]+(@sha256:[0-9a-f]+)?")
 PIN = re.compile(r"(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)==(?P<version>[A-Za-z0-9.+!_-]+)")
-
-
-@dataclass(frozen=True)
-class Instruction:
-    keyword: str  # upper case
-    args: str  # continuation lines joined, comment lines dropped
-    line: int
-
-
-def parse_dockerfile(text: str) -> list[list[Instruction]]:
-    """The Dockerfile's instructions, one list per build stage (the last one is the image that runs)."""
-    instructions: list[Instruction] = []
-    pending, start = "", 0
-    for number, raw in enumerate(text.splitlines(), 1):
-        stripped = raw.strip()
-        if stripped.startswith("#") or (not stripped and not pending):
-            continue  # Docker drops comment lines, even inside a continued instruction
-        if not pending:
-            start = number
-        if stripped.endswith("\\"):
-            pending += stripped[:-1] + " "
-            continue
-        pending += stripped
-        keyword, _, args = pending.strip().partition(" ")
-        instructions.append(Instruction(keyword.upper(), args.strip(), start))
-        pending = ""
-    assert not pending, "the Dockerfile ends in the middle of a continued line"
-    stages: list[list[Instruction]] = []
-    for instruction in instructions:
-        if instruction.keyword == "FROM":
-            stages.append([])
-        assert stages, f"line {instruction.line}: {instruction.keyword} before the first FROM"
-        stages[-1].append(instruction)
-    return stages
-
-
-def command(args: str) -> list[str]:
-    """A CMD/RUN/HEALTHCHECK command as an argument list, from the JSON (exec) form or the shell form."""
-    if args.startswith("["):
-        parsed = json.loads(args)
-        assert isinstance(parsed, list) and all(isinstance(a, str) for a in parsed), f"not a JSON string list: {args}"
-        return parsed
-    return shlex.split(args)
-
-
-def last(stage: list[Instruction], keyword: str) -> Instruction | None:
-    found = [i for i in stage if i.keyword == keyword]
-    return found[-1] if found else None
 
 
 @pytest.fixture(scope="module")
@@ -197,17 +149,6 @@ def test_base_image_is_slim_python_in_requires_python(stages, project):
         assert requires.contains(Version(match[1])), f"{image} is outside requires-python {requires}"
 
 
-def commands(run: str) -> list[list[str]]:
-    """The commands of a RUN instruction, each as its words (a quoted word, such as python -c code, kept whole)."""
-    found: list[list[str]] = [[]]
-    for word in shlex.split(run):
-        if word in {"&&", "||", ";"}:
-            found.append([])
-        else:
-            found[-1].append(word)
-    return [c for c in found if c]
-
-
 def test_installs_the_engine_with_the_constraints(final, stages):
     installs = [
         args
@@ -275,17 +216,6 @@ def test_dockerignore_keeps_tests_and_git_out():
 
 
 SECRET_NAME = re.compile(r"KEY|TOKEN|PASSWORD|PASSWD|SECRET|CREDENTIAL", re.I)
-
-
-def env_of(stage: list[Instruction]) -> dict[str, str]:
-    """The ENV values a stage sets (the `ENV k=v ...` form)."""
-    values: dict[str, str] = {}
-    for instruction in stage:
-        if instruction.keyword == "ENV":
-            for pair in shlex.split(instruction.args):
-                key, _, value = pair.partition("=")
-                values[key] = value
-    return values
 
 
 def test_no_secrets_are_baked_in(stages):

@@ -76,3 +76,9 @@ def env_of(stage: list[Instruction]) -> dict[str, str]:
                 key, _, value = pair.partition("=")
                 values[key] = value
     return values
+
+
+def uv_installs(stages: list[list[Instruction]]) -> list[list[str]]:
+    """The `uv pip install` commands the Dockerfile runs to install the engine, in order."""
+    runs = [args for stage in stages for i in stage if i.keyword == "RUN" for args in commands(i.args)]
+    return [args for args in runs if args[:3] == ["uv", "pip", "install"]]

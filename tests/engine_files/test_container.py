@@ -34,7 +34,7 @@ except ImportError:  # packaging is pinned in constraints.txt, but pip always ca
 from baking import default_engine
 from chariot_support.dev.testing import chariot_request, engine_package, free_port, image_input, run_engine
 from chariot_support.serving.server import ENGINE_DEFAULTS
-from dockerfile import Instruction, command, commands, env_of, last, parse_dockerfile
+from dockerfile import Instruction, command, commands, env_of, last, parse_dockerfile, uv_installs
 
 ROOT = default_engine()
 HEALTH_PATHS = {"/v2/health/ready", "/v2/health/live", "/ready"}  # the health routes the engine serves
@@ -149,29 +149,45 @@ def test_base_image_is_slim_python_in_requires_python(stages, project):
         assert requires.contains(Version(match[1])), f"{image} is outside requires-python {requires}"
 
 
-def test_installs_the_engine_with_the_constraints(final, stages):
-    installs = [
-        args
-        for stage in stages
-        for i in stage
-        if i.keyword == "RUN"
-        for args in commands(i.args)
-        if "pip" in args and "install" in args
-    ]
-    for args in installs:
-        assert "-c" in args and args[args.index("-c") + 1] == "constraints.txt", f"unconstrained install: {args}"
-        assert not ("-r" in args and args[args.index("-r") + 1] == "constraints.txt"), (
-            f"constraints.txt pins the test extra too; installing all of it puts test packages in the image: {args}"
-        )
-    engine_installs = [a for a in installs if "." in a]
-    assert engine_installs, f"no `pip install ... .` in the Dockerfile: {installs}"
-    for args in engine_installs:
-        assert "--no-cache-dir" in args, f"pip's cache would stay in a layer: {args}"
-        assert not any(a.startswith(".[") for a in args), "the image must not install the test extras"
-    checks = [args for stage in stages for i in stage if i.keyword == "RUN" for args in commands(i.args)]
-    assert ["python", "-m", "chariot_support.dev.deps", "check"] in checks, "a second OpenCV must stop the build"
-    copied = " ".join(i.args for stage in stages for i in stage if i.keyword in {"COPY", "ADD"})
-    assert re.search(r"(^|\s)(constraints\.txt|\.)(\s|$)", copied), "constraints.txt is never copied into the build"
+def test_installs_with_uv_from_the_engine_folder_with_the_constraints(stages):
+    """uv installs the engine, as the README's install does, run where pyproject.toml is so that it leaves out what
+    [tool.uv] exclude-dependencies lists; test_deps_lock.py runs these same commands and imports what they installed."""
+    *build, final = stages
+    assert uv_installs(build) == [
+        ["uv", "pip", "install", "-c", "constraints.txt", "-r", "pyproject.toml"],
+        ["uv", "pip", "install", "-c", "constraints.txt", "."],
+    ], "the image installs pyproject.toml's run-time dependencies (their own layer), then the engine, with the pins"
+    assert not [i for i in final if i.keyword == "RUN" and "install" in i.args], "the final image installs nothing"
+    runs = [(i, args) for stage in build for i in stage if i.keyword == "RUN" for args in commands(i.args)]
+    for _, args in runs:
+        if "install" in args[:3]:
+            assert "-c" in args and args[args.index("-c") + 1] == "constraints.txt", f"unconstrained install: {args}"
+            assert not ("-r" in args and args[args.index("-r") + 1] == "constraints.txt"), (
+                f"constraints.txt pins the test extra too; installing all of it puts test packages in the image: {args}"
+            )
+    pip_installs = [args for _, args in runs if args[0].endswith("pip") and "install" in args]
+    assert pip_installs == [["/opt/uv/bin/pip", "install", "--no-cache-dir", "-c", "constraints.txt", "uv"]], (
+        "pip installs only uv (the version constraints.txt pins), into an environment of its own that stays in the"
+        f" build stage: {pip_installs}"
+    )
+    (stage,) = build
+    env = env_of(stage)
+    assert env.get("UV_NO_CACHE") == "1", "uv's cache would stay in a layer"
+    assert env.get("VIRTUAL_ENV") == "/opt/venv" and env["PATH"].startswith("/opt/venv/bin:"), env
+    assert ["python", "-m", "venv", "--without-pip", "/opt/venv"] in [args for _, args in runs]
+    final_copies = [i.args for i in final if i.keyword == "COPY"]
+    assert "--from=build /opt/venv /opt/venv" in final_copies, "only the engine's environment reaches the image"
+    # uv reads exclude-dependencies from the pyproject.toml where it runs: the build's working directory.
+    workdir = last(stage, "WORKDIR")
+    copied = [i for i in stage if i.keyword == "COPY"]
+    first_install = next(i for i, args in runs if args[:3] == ["uv", "pip", "install"])
+    assert workdir is not None and copied and copied[0].line < first_install.line
+    assert shlex.split(copied[0].args)[-1] in ("./", ".", workdir.args) and "pyproject.toml" in copied[0].args
+    checks = [args for _, args in runs]
+    check = checks.index(["python", "-m", "chariot_support.dev.deps", "check"])
+    assert check > checks.index(["uv", "pip", "install", "-c", "constraints.txt", "."]), (
+        "a second OpenCV must stop the build, checked once the engine is installed"
+    )
 
 
 def test_constraints_pin_every_dependency(pins, project):

@@ -1,13 +1,15 @@
 """`python -m chariot_support.dev.deps`, run in a freshly baked engine as its author would in a fresh clone, before
 the engine is installed (a bare Python with `PYTHONPATH=src`, and uv): locking changes nothing the template shipped,
-an added dependency lands in pyproject.toml and constraints.txt with nothing else moving, and a dependency uv cannot
-fit in is refused with uv's reasons and the pins to release, leaving both files as they were."""
+an added dependency lands in pyproject.toml and constraints.txt with nothing else moving, a dependency uv cannot fit
+in is refused with uv's reasons and the pin to release, leaving both files as they were, and a package that wants
+opencv-python goes into the engine without it, installed by the Dockerfile's own commands."""
 
 import base64
 import difflib
 import hashlib
 import os
 import re
+import shlex
 import subprocess
 import venv
 import zipfile
@@ -18,6 +20,7 @@ import tomllib
 
 from baking import bake
 from chariot_support.dev.deps import REINSTALL, find_uv, read_pins
+from dockerfile import parse_dockerfile, uv_installs
 
 
 @pytest.fixture(scope="module")
@@ -155,3 +158,61 @@ def test_a_dependency_uv_cannot_fit_in_is_refused_with_the_reason_and_changes_no
     moved = sorted(line.split()[1].split("==")[0] for line in released.stdout.splitlines() if line.startswith("  ~ "))
     assert moved == ["googleapis-common-protos", "protobuf"], released.stdout
     assert "+ older-protobuf-user==1.0" in released.stdout
+
+
+def test_a_package_that_wants_opencv_python_goes_into_the_image_without_it(tmp_path, bare_python):
+    """rapidocr-onnxruntime requires opencv-python; the headless OpenCV provides the same cv2. Added with
+    `--without opencv-python`, it is locked without it, and the Dockerfile's install commands, then the README's,
+    give an environment that passes the image's OpenCV check and imports it."""
+    root = bake("Object Detection", tmp_path / "engine")
+    before = {name: (root / name).read_bytes() for name in ("pyproject.toml", "constraints.txt")}
+
+    refused = deps(bare_python, root, "add", "rapidocr-onnxruntime==1.4.4")
+    assert refused.returncode == 1, refused.stdout + refused.stderr
+    assert refused.stderr.startswith(
+        "rapidocr-onnxruntime requires opencv-python, which would be installed beside opencv-python-headless"
+    )
+    assert "Run the command again with `--without opencv-python`" in refused.stderr
+    assert {name: (root / name).read_bytes() for name in before} == before
+
+    added = deps(bare_python, root, "add", "rapidocr-onnxruntime==1.4.4", "--without", "opencv-python")
+    assert added.returncode == 0, added.stdout + added.stderr
+    assert (
+        "pyproject.toml leaves out opencv-python" in added.stdout and "  + rapidocr-onnxruntime==1.4.4" in added.stdout
+    )
+    pins = read_pins(root / "constraints.txt")
+    assert pins["rapidocr-onnxruntime"] == "rapidocr-onnxruntime==1.4.4" and "opencv-python" not in pins
+    assert tomllib.loads((root / "pyproject.toml").read_text())["tool"]["uv"]["exclude-dependencies"] == [
+        "opencv-python"
+    ]
+
+    # The image's install, command for command (test_container.py holds the Dockerfile to these), then the README's.
+    environment = tmp_path / "venv"
+    venv.EnvBuilder(with_pip=False).create(environment)
+    python = str(environment / "bin" / "python")
+    env = uv_on_path({"VIRTUAL_ENV": str(environment)})
+    env["PATH"] = os.pathsep.join([str(environment / "bin"), env["PATH"]])
+    env.pop("PYTHONPATH", None)
+
+    def run(command: list[str], cwd: Path = root) -> subprocess.CompletedProcess:
+        return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+
+    def installed() -> set[str]:
+        names = run([python, "-c", "import importlib.metadata as m; print(*(d.name for d in m.distributions()))"])
+        return {name.lower() for name in names.stdout.split()}
+
+    image_installs = uv_installs(parse_dockerfile((root / "Dockerfile").read_text()))
+    assert image_installs, "the Dockerfile installs nothing with uv"
+    readme = (root / "README.md").read_text()
+    assert f"{REINSTALL}\n" in readme or f"`{REINSTALL}`" in readme, "the README does not give the install deps prints"
+    for step, commands in (("the image's", image_installs), ("the README's", [shlex.split(REINSTALL)])):
+        for command in commands:
+            install = run(command)
+            assert install.returncode == 0, f"{shlex.join(command)}:\n{install.stderr[-3000:]}"
+        check = run([python, "-m", "chariot_support.dev.deps", "check"], cwd=tmp_path)
+        assert check.returncode == 0, f"after {step} install: {check.stderr}"
+        names = installed()
+        assert {"rapidocr-onnxruntime", "opencv-python-headless"} <= names and "opencv-python" not in names, names
+        assert ("pytest" in names) == (step == "the README's"), f"{step} install and the test extra: {names}"
+        imported = run([python, "-c", "import cv2, rapidocr_onnxruntime"], cwd=tmp_path)
+        assert imported.returncode == 0, f"after {step} install: {imported.stderr[-3000:]}"

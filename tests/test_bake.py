@@ -1,6 +1,7 @@
 """Bake every task type as a user would, and hold each baked engine to its own tests."""
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -11,6 +12,7 @@ import numpy as np
 import pytest
 
 from baking import ANSWERS, TASKS
+from chariot_support.dev.deps import find_uv
 from chariot_support.dev.testing import chariot_request, image_input, run_engine
 from template_paths import TEMPLATE_ROOT
 
@@ -105,15 +107,16 @@ def test_baked_engine_passes_its_own_tests(baked, task):
     assert re.search(r"\d+ passed", summary) and "failed" not in summary and "skipped" not in summary, summary
 
 
-def test_pip_install_then_python_m_package_serves_the_demo(baked, tmp_path):
-    """The README's path: `pip install .` in a fresh environment, then `python -m <package>`."""
+def test_uv_install_then_python_m_package_serves_the_demo(baked, tmp_path):
+    """The README's path: `uv pip install -c constraints.txt .` in a fresh environment, then `python -m <package>`."""
     root = baked("Object Detection")
     environment = tmp_path / "venv"
-    venv.EnvBuilder(with_pip=True).create(environment)
+    venv.EnvBuilder(with_pip=False).create(environment)
     python = str(environment / "bin" / "python")
     install = subprocess.run(
-        [python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "-c", "constraints.txt", "."],
+        [find_uv(), "pip", "install", "--quiet", "-c", "constraints.txt", "."],
         cwd=root,
+        env={**os.environ, "VIRTUAL_ENV": str(environment)},
         capture_output=True,
         text=True,
         timeout=900,

@@ -30,7 +30,7 @@ def test_the_ci_step_evaluates_the_baked_engine_on_a_held_back_set(baked, tmp_pa
     root = Path(shutil.copytree(baked("Object Detection"), tmp_path / "engine"))
     step = evaluation_step(root)
     install, command = step["run"].strip().splitlines()
-    assert install == "pip install -c constraints.txt -e '.[eval]'"
+    assert install == "uv pip install -c constraints.txt -e '.[eval]'"
     assert command == "python -m chariot_support.evaluate evaluation-data/instances.json --min mAP=0.5"
     coco(root / "evaluation-data", scenes(3, seed=2))
     env = {**os.environ, "PYTHONPATH": str(root / "src")}  # what the editable install gives
@@ -66,6 +66,9 @@ def test_the_evaluation_extra_stays_out_of_the_image(baked):
     extra = project["optional-dependencies"]["eval"]
     assert any(r.startswith("valor-lite==") for r in extra) and all("==" in r for r in extra)
     assert not {r.split("==")[0] for r in extra} & {re.split(r"[=<>]", r)[0] for r in project["dependencies"]}
-    # The image installs pyproject's `dependencies` and then the engine itself, never with an extra.
+    # The image installs pyproject's `dependencies` (uv's `-r pyproject.toml` without --extra) and then the engine
+    # itself, never with an extra.
     dockerfile = (root / "Dockerfile").read_text()
-    assert "['project']['dependencies']" in dockerfile and "[eval]" not in dockerfile and ".[" not in dockerfile
+    assert "uv pip install -c constraints.txt -r pyproject.toml\n" in dockerfile
+    assert "[eval]" not in dockerfile and ".[" not in dockerfile and "--extra" not in dockerfile
+    assert "--all-extras" not in dockerfile

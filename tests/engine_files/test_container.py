@@ -14,7 +14,6 @@ import sys
 import sysconfig
 import tempfile
 import urllib.request
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -35,59 +34,12 @@ except ImportError:  # packaging is pinned in constraints.txt, but pip always ca
 from baking import default_engine
 from chariot_support.dev.testing import chariot_request, engine_package, free_port, image_input, run_engine
 from chariot_support.serving.server import ENGINE_DEFAULTS
+from dockerfile import Instruction, command, commands, env_of, last, parse_dockerfile, uv_installs
 
 ROOT = default_engine()
 HEALTH_PATHS = {"/v2/health/ready", "/v2/health/live", "/ready"}  # the health routes the engine serves
 SLIM_PYTHON = re.compile(r"(?:docker\.io/(?:library/)?)?python:(\d+\.\d+)(\.\d+)?-slim-[a-z]+(@sha256:[0-9a-f]+)?")
 PIN = re.compile(r"(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)==(?P<version>[A-Za-z0-9.+!_-]+)")
-
-
-@dataclass(frozen=True)
-class Instruction:
-    keyword: str  # upper case
-    args: str  # continuation lines joined, comment lines dropped
-    line: int
-
-
-def parse_dockerfile(text: str) -> list[list[Instruction]]:
-    """The Dockerfile's instructions, one list per build stage (the last one is the image that runs)."""
-    instructions: list[Instruction] = []
-    pending, start = "", 0
-    for number, raw in enumerate(text.splitlines(), 1):
-        stripped = raw.strip()
-        if stripped.startswith("#") or (not stripped and not pending):
-            continue  # Docker drops comment lines, even inside a continued instruction
-        if not pending:
-            start = number
-        if stripped.endswith("\\"):
-            pending += stripped[:-1] + " "
-            continue
-        pending += stripped
-        keyword, _, args = pending.strip().partition(" ")
-        instructions.append(Instruction(keyword.upper(), args.strip(), start))
-        pending = ""
-    assert not pending, "the Dockerfile ends in the middle of a continued line"
-    stages: list[list[Instruction]] = []
-    for instruction in instructions:
-        if instruction.keyword == "FROM":
-            stages.append([])
-        assert stages, f"line {instruction.line}: {instruction.keyword} before the first FROM"
-        stages[-1].append(instruction)
-    return stages
-
-
-def command(args: str) -> list[str]:
-    """A CMD/RUN/HEALTHCHECK command as an argument list, from the JSON (exec) form or the shell form."""
-    if args.startswith("["):
-        parsed = json.loads(args)
-        assert isinstance(parsed, list) and all(isinstance(a, str) for a in parsed), f"not a JSON string list: {args}"
-        return parsed
-    return shlex.split(args)
-
-
-def last(stage: list[Instruction], keyword: str) -> Instruction | None:
-    found = [i for i in stage if i.keyword == keyword]
-    return found[-1] if found else None
 
 
 @pytest.fixture(scope="module")
@@ -197,40 +149,45 @@ def test_base_image_is_slim_python_in_requires_python(stages, project):
         assert requires.contains(Version(match[1])), f"{image} is outside requires-python {requires}"
 
 
-def commands(run: str) -> list[list[str]]:
-    """The commands of a RUN instruction, each as its words (a quoted word, such as python -c code, kept whole)."""
-    found: list[list[str]] = [[]]
-    for word in shlex.split(run):
-        if word in {"&&", "||", ";"}:
-            found.append([])
-        else:
-            found[-1].append(word)
-    return [c for c in found if c]
-
-
-def test_installs_the_engine_with_the_constraints(final, stages):
-    installs = [
-        args
-        for stage in stages
-        for i in stage
-        if i.keyword == "RUN"
-        for args in commands(i.args)
-        if "pip" in args and "install" in args
-    ]
-    for args in installs:
-        assert "-c" in args and args[args.index("-c") + 1] == "constraints.txt", f"unconstrained install: {args}"
-        assert not ("-r" in args and args[args.index("-r") + 1] == "constraints.txt"), (
-            f"constraints.txt pins the test extra too; installing all of it puts test packages in the image: {args}"
-        )
-    engine_installs = [a for a in installs if "." in a]
-    assert engine_installs, f"no `pip install ... .` in the Dockerfile: {installs}"
-    for args in engine_installs:
-        assert "--no-cache-dir" in args, f"pip's cache would stay in a layer: {args}"
-        assert not any(a.startswith(".[") for a in args), "the image must not install the test extras"
-    checks = [args for stage in stages for i in stage if i.keyword == "RUN" for args in commands(i.args)]
-    assert ["python", "-m", "chariot_support.dev.deps", "check"] in checks, "a second OpenCV must stop the build"
-    copied = " ".join(i.args for stage in stages for i in stage if i.keyword in {"COPY", "ADD"})
-    assert re.search(r"(^|\s)(constraints\.txt|\.)(\s|$)", copied), "constraints.txt is never copied into the build"
+def test_installs_with_uv_from_the_engine_folder_with_the_constraints(stages):
+    """uv installs the engine, as the README's install does, run where pyproject.toml is so that it leaves out what
+    [tool.uv] exclude-dependencies lists; test_deps_lock.py runs these same commands and imports what they installed."""
+    *build, final = stages
+    assert uv_installs(build) == [
+        ["uv", "pip", "install", "-c", "constraints.txt", "-r", "pyproject.toml"],
+        ["uv", "pip", "install", "-c", "constraints.txt", "."],
+    ], "the image installs pyproject.toml's run-time dependencies (their own layer), then the engine, with the pins"
+    assert not [i for i in final if i.keyword == "RUN" and "install" in i.args], "the final image installs nothing"
+    runs = [(i, args) for stage in build for i in stage if i.keyword == "RUN" for args in commands(i.args)]
+    for _, args in runs:
+        if "install" in args[:3]:
+            assert "-c" in args and args[args.index("-c") + 1] == "constraints.txt", f"unconstrained install: {args}"
+            assert not ("-r" in args and args[args.index("-r") + 1] == "constraints.txt"), (
+                f"constraints.txt pins the test extra too; installing all of it puts test packages in the image: {args}"
+            )
+    pip_installs = [args for _, args in runs if args[0].endswith("pip") and "install" in args]
+    assert pip_installs == [["/opt/uv/bin/pip", "install", "--no-cache-dir", "-c", "constraints.txt", "uv"]], (
+        "pip installs only uv (the version constraints.txt pins), into an environment of its own that stays in the"
+        f" build stage: {pip_installs}"
+    )
+    (stage,) = build
+    env = env_of(stage)
+    assert env.get("UV_NO_CACHE") == "1", "uv's cache would stay in a layer"
+    assert env.get("VIRTUAL_ENV") == "/opt/venv" and env["PATH"].startswith("/opt/venv/bin:"), env
+    assert ["python", "-m", "venv", "--without-pip", "/opt/venv"] in [args for _, args in runs]
+    final_copies = [i.args for i in final if i.keyword == "COPY"]
+    assert "--from=build /opt/venv /opt/venv" in final_copies, "only the engine's environment reaches the image"
+    # uv reads exclude-dependencies from the pyproject.toml where it runs: the build's working directory.
+    workdir = last(stage, "WORKDIR")
+    copied = [i for i in stage if i.keyword == "COPY"]
+    first_install = next(i for i, args in runs if args[:3] == ["uv", "pip", "install"])
+    assert workdir is not None and copied and copied[0].line < first_install.line
+    assert shlex.split(copied[0].args)[-1] in ("./", ".", workdir.args) and "pyproject.toml" in copied[0].args
+    checks = [args for _, args in runs]
+    check = checks.index(["python", "-m", "chariot_support.dev.deps", "check"])
+    assert check > checks.index(["uv", "pip", "install", "-c", "constraints.txt", "."]), (
+        "a second OpenCV must stop the build, checked once the engine is installed"
+    )
 
 
 def test_constraints_pin_every_dependency(pins, project):
@@ -275,17 +232,6 @@ def test_dockerignore_keeps_tests_and_git_out():
 
 
 SECRET_NAME = re.compile(r"KEY|TOKEN|PASSWORD|PASSWD|SECRET|CREDENTIAL", re.I)
-
-
-def env_of(stage: list[Instruction]) -> dict[str, str]:
-    """The ENV values a stage sets (the `ENV k=v ...` form)."""
-    values: dict[str, str] = {}
-    for instruction in stage:
-        if instruction.keyword == "ENV":
-            for pair in shlex.split(instruction.args):
-                key, _, value = pair.partition("=")
-                values[key] = value
-    return values
 
 
 def test_no_secrets_are_baked_in(stages):

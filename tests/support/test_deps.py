@@ -1,5 +1,6 @@
-"""Dependencies of an engine: a second OpenCV beside the headless one is found and named with what brought it, and
-a dependency is added to pyproject.toml without disturbing the file."""
+"""Dependencies of an engine: a second OpenCV beside the headless one is found and named with what brought it, in an
+environment and in a resolution; a dependency is added to pyproject.toml, and a package left out of every install,
+without disturbing the file; uv's output is read for pins, what requires them and the pins in a conflict's way."""
 
 import os
 import subprocess
@@ -8,7 +9,18 @@ from pathlib import Path
 
 import pytest
 
-from chariot_support.dev.deps import CONFLICT, add_dependency, opencv_conflicts, pip_failure, read_pins
+from chariot_support.dev.deps import (
+    Resolution,
+    add_dependency,
+    exclude,
+    excluded,
+    main,
+    opencv_conflicts,
+    parse_resolution,
+    pins_in_the_way,
+    read_pins,
+    second_opencvs,
+)
 from template_paths import SUPPORT_SRC
 
 
@@ -43,7 +55,8 @@ def test_a_second_opencv_is_named_with_what_required_it(site):
     fake_distribution(site, "plotting", ("opencv-python; extra == 'gui'",))
     (problem,) = opencv_conflicts(distributions(site))
     assert problem.startswith("opencv-python is installed beside opencv-python-headless, required by fancy-ocr:")
-    assert "libGL" in problem and "install fancy-ocr with `pip install --no-deps`" in problem
+    assert "libGL" in problem and "`python -m chariot_support.dev.deps lock --without opencv-python`" in problem
+    assert "`uv pip install -c constraints.txt -e '.[test]'`" in problem and "pip does not read" in problem
     fake_distribution(site, "opencv-contrib-python")
     assert len(opencv_conflicts(distributions(site))) == 2
 
@@ -83,34 +96,90 @@ def test_dependencies_are_added_below_the_templates_in_order(tmp_path):
     assert not add_dependency(pyproject, "ONNXRuntime>=1"), "already there, whatever its spelling"
 
 
-def test_pip_failure_names_the_conflict_and_the_pin_to_release():
-    output = "\n".join(
-        [
-            "Collecting mlserver==1.7.1",
-            "ERROR: Cannot install road-sign because these package versions have conflicting dependencies.",
-            "",
-            CONFLICT,
-            "    mlserver 1.7.1 depends on protobuf<7.0.0 and >=5.27.2",
-            "    mediapipe 0.10.14 depends on protobuf<5 and >=4.25.3",
-            "    The user requested (constraint) protobuf==6.33.6",
-            "",
-            "To fix this you could try to:",
-            "ERROR: ResolutionImpossible: for help visit https://pip.pypa.io",
-        ]
+def test_packages_are_left_out_in_the_tool_uv_table_keeping_the_file(tmp_path):
+    pyproject = tmp_path / "pyproject.toml"
+    table = '[tool.uv]\n# why\nexclude-dependencies = []\n\n[tool.cruft]\nskip = ["a"]\n'
+    pyproject.write_text(PYPROJECT + "\n" + table)
+    assert exclude(pyproject, ["opencv-python"]) == ["opencv-python"]
+    assert exclude(pyproject, ["OpenCV_Python", "opencv-contrib-python"]) == ["opencv-contrib-python"]
+    listed = 'exclude-dependencies = ["opencv-contrib-python", "opencv-python"]'
+    assert pyproject.read_text() == PYPROJECT + "\n" + table.replace("exclude-dependencies = []", listed)
+    assert excluded(pyproject) == ["opencv-contrib-python", "opencv-python"]
+
+
+def test_the_tool_uv_table_is_made_when_missing(tmp_path):
+    pyproject = tmp_path / "pyproject.toml"
+    pyproject.write_text(PYPROJECT)
+    assert excluded(pyproject) == []
+    exclude(pyproject, ["opencv-python"])
+    assert pyproject.read_text() == PYPROJECT + '\n[tool.uv]\nexclude-dependencies = ["opencv-python"]\n'
+    pyproject.write_text(PYPROJECT + '\n[tool.uv]\nindex-strategy = "first-index"\n')
+    exclude(pyproject, ["opencv-python"])
+    assert excluded(pyproject) == ["opencv-python"] and 'index-strategy = "first-index"' in pyproject.read_text()
+
+
+@pytest.mark.parametrize(
+    ("without", "said"),
+    [("numpy", "pyproject.toml requires numpy itself"), ("opencv-python>=4", "takes a package's name")],
+)
+def test_without_refuses_what_the_engine_requires_and_what_is_not_a_name(tmp_path, monkeypatch, capsys, without, said):
+    (tmp_path / "pyproject.toml").write_text(PYPROJECT)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exited:
+        main(["lock", "--without", without])
+    assert exited.value.code == 2 and said in capsys.readouterr().err
+    assert (tmp_path / "pyproject.toml").read_text() == PYPROJECT
+
+
+COMPILED = """\
+numpy==2.4.6              # via mlserver, opencv-python, -c /tmp/lock-x/held.txt, road-damage (pyproject.toml)
+opencv-python==5.0.0.93   # via fancy-ocr
+opencv-python-headless==5.0.0.93  # via -c /tmp/lock-x/held.txt, road-damage (pyproject.toml)
+fancy-ocr==1.0            # via road-damage (pyproject.toml)
+PyYAML==6.0.3
+"""
+
+
+def test_a_resolution_is_read_with_what_requires_each_package():
+    resolution = parse_resolution(COMPILED)
+    assert resolution.pins == {
+        "numpy": "numpy==2.4.6",
+        "opencv-python": "opencv-python==5.0.0.93",
+        "opencv-python-headless": "opencv-python-headless==5.0.0.93",
+        "fancy-ocr": "fancy-ocr==1.0",
+        "pyyaml": "PyYAML==6.0.3",
+    }
+    assert resolution.required_by["numpy"] == ["mlserver", "opencv-python"]
+    assert resolution.required_by["fancy-ocr"] == [] and resolution.required_by["pyyaml"] == []
+
+
+def test_a_second_opencv_in_a_resolution_is_refused_with_the_way_to_leave_it_out():
+    (problem,) = second_opencvs(parse_resolution(COMPILED))
+    assert problem.startswith(
+        "fancy-ocr requires opencv-python, which would be installed beside opencv-python-headless"
     )
-    said = pip_failure(output).splitlines()
-    assert said[:4] == [
-        CONFLICT,
-        "    mlserver 1.7.1 depends on protobuf<7.0.0 and >=5.27.2",
-        "    mediapipe 0.10.14 depends on protobuf<5 and >=4.25.3",
-        "    The user requested (constraint) protobuf==6.33.6",
-    ]
-    assert said[4].startswith("constraints.txt pins protobuf==6.33.6:") and "`--release protobuf`" in said[4]
+    assert "Run the command again with `--without opencv-python`" in problem
+    direct = Resolution(
+        pins={"opencv-python-headless": "opencv-python-headless==5.0.0.93", "opencv-python": "opencv-python==5.0.0.93"}
+    )
+    (problem,) = second_opencvs(direct)
+    assert problem.startswith("pyproject.toml requires opencv-python,") and problem.endswith(
+        "Remove it: opencv-python-headless provides cv2."
+    )
+    assert second_opencvs(Resolution(pins={"opencv-python": "opencv-python==5.0.0.93"})) == []
 
 
-def test_pip_failure_without_a_conflict_keeps_every_error_line_whole():
-    output = "Collecting nothing-here\nWARNING: a warning\nERROR: No matching distribution found for nothing-here==9\n"
-    assert pip_failure(output) == "ERROR: No matching distribution found for nothing-here==9"
+def test_the_pins_in_a_conflicts_way_are_those_uv_names_that_would_move():
+    reason = (
+        "Because grpcio-tools==1.66.0 depends on protobuf>=5.26.1,<6.0.dev0 and mlserver==1.7.1 depends on"
+        " protobuf==6.33.6, we can conclude that grpcio-tools==1.66.0 and mlserver==1.7.1 are incompatible."
+    )
+    held = {"mlserver": "mlserver==1.7.1", "protobuf": "protobuf==6.33.6", "six": "six==1.17.0", "rich": "rich==14.0"}
+    free = Resolution(
+        pins={"mlserver": "mlserver==1.7.1", "protobuf": "protobuf==5.29.6", "six": "six==1.17.0", "rich": "rich==14.1"}
+    )
+    assert pins_in_the_way(reason, held, free) == ["protobuf==6.33.6"]
+    assert pins_in_the_way("no pins named", held, free) == ["protobuf==6.33.6", "rich==14.0"]
 
 
 def test_pins_are_read_from_constraints(tmp_path):

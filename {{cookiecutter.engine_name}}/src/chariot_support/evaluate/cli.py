@@ -253,7 +253,7 @@ def missing_extra() -> str | None:
 
     absent = [name for name in ("valor_lite", "matplotlib", "nltk", "tqdm") if importlib.util.find_spec(name) is None]
     if absent:
-        return f"{', '.join(absent)} not installed: run `pip install -c constraints.txt -e '.[eval]'` in the engine's folder"
+        return f"{', '.join(absent)} not installed: run `uv pip install -c constraints.txt -e '.[eval]'` in the engine's folder"
     return None
 
 

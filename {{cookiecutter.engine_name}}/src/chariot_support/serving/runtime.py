@@ -27,6 +27,7 @@ from chariot_support.errors import (
     PredictTimeout,
 )
 from chariot_support.model.base import ChariotModel
+from chariot_support.model.bounds import inside_image
 from chariot_support.model.image import Image
 from chariot_support.model.tasks import TaskType, select, to_json, validate_results
 from chariot_support.protocols.chariot_v2_kserve import parse_request
@@ -315,10 +316,11 @@ class ChariotRuntime(MLModel):
             logger.exception("predict failed for %s", who())
             raise PredictFailed(f"predict failed: {type(exc).__name__}: {exc}") from None
         try:
-            return validate_results(self._task, results, [i.name for i in images])
+            checked = validate_results(self._task, results, [i.name for i in images])
         except InvalidResult as error:
             logger.error("predict returned an invalid result for %s: %s", who(), error)
             raise
+        return [inside_image(self._task, r, i.width, i.height) for r, i in zip(checked, images, strict=True)]
 
     def _explain(
         self, images: list[Image], request: ParsedRequest, chosen: list[list[Any]], request_id: str, call: Call

@@ -6,6 +6,7 @@ import base64
 import gzip
 import json
 import re
+import zlib
 
 import grpc
 import pytest
@@ -47,7 +48,10 @@ def sends(scene) -> dict:
         "v2-slash": ("/v2/models/m-any/infer/", v2, {}),
         "v2-version": ("/v2/models/m-demo/versions/1/infer", v2, {}),
         "v2-unusual": ("/v2/models/m-demo/infer", json.dumps(unusual), {}),
+        "v2-gzip": ("/v2/models/m-demo/infer", gzip.compress(v2.encode()), {"Content-Encoding": "gzip"}),
         "root-kserve": ("/infer", v2, {"Content-Type": "application/json"}),
+        "root-slash": ("/infer/", v2, {"Content-Type": "application/json"}),
+        "root-deflate": ("/infer", zlib.compress(line.encode()), {"Content-Encoding": "deflate"}),
         "root-json": ("/infer", line, {"Content-Type": "application/json"}),
         "root-jsonl": ("/infer", f"{line}\n{line}\n", {"Content-Type": "application/jsonl"}),
         "root-file": ("/infer", base64.b64decode(b64), {"Content-Type": "image/png"}),
@@ -63,7 +67,10 @@ def sends(scene) -> dict:
         "v2-slash",
         "v2-version",
         "v2-unusual",
+        "v2-gzip",
         "root-kserve",
+        "root-slash",
+        "root-deflate",
         "root-json",
         "root-jsonl",
         "root-file",
@@ -79,6 +86,10 @@ def test_every_rest_request_is_answered_by_the_pipeline(served, scene, kind):
     reply = requests.post(f"{engine.url}{path}", data=body, headers=headers, timeout=30)
     assert reply.status_code == 200, reply.text[:300]
     assert answered(engine) == before + 1, f"{kind} was answered without the pipeline counting it"
+    # One policy of headers for every protocol: the request id, and MLServer's CloudEvents headers carrying it.
+    assert reply.headers.get("x-request-id") and reply.headers.get("ce-id") == reply.headers["x-request-id"], (
+        reply.headers
+    )
     # What the configuration adds to every answer, inference included.
     origin = reply.headers.get("access-control-allow-origin")
     assert (origin == "https://app.example") is (configuration == "cors"), reply.headers
@@ -89,7 +100,7 @@ def test_every_rest_request_is_answered_by_the_pipeline(served, scene, kind):
 
 def results_of(kind: str, reply: requests.Response) -> list:
     """The one image's results, whatever the form of the answer."""
-    if kind.startswith(("v2", "root-kserve")):
+    if kind.startswith(("v2", "root-kserve", "root-slash")):
         return [reply.json()["outputs"][0]["data"][0]]
     if kind == "root-jsonl":
         return [json.loads(line)["output"] for line in reply.text.splitlines()]
@@ -123,8 +134,10 @@ def test_grpc_requests_are_answered_by_the_pipeline(served, scene):
         stub = GRPCInferenceServiceStub(channel)
         for raw in (False, True):
             before = answered(engine)
-            stub.ModelInfer(grpc_request(body, "m-demo", raw=raw), timeout=30)
+            _, call = stub.ModelInfer.with_call(grpc_request(body, "m-demo", raw=raw), timeout=30)
             assert answered(engine) == before + 1
+            trailing = dict(call.trailing_metadata())  # REST's response headers, as gRPC carries them
+            assert trailing.get("x-request-id") and trailing.get("ce-id") == trailing["x-request-id"], trailing
 
 
 @pytest.mark.parametrize("served", ["gzip"], indirect=True)

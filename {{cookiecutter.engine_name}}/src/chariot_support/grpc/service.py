@@ -130,7 +130,7 @@ class ChariotInferenceServicer(GRPCInferenceServiceServicer):
                     request_id=entry.get("request_id"),
                     model=name,
                 )
-        if answer.headers:  # the request id, as REST sends it in its response headers
+        if answer.headers:  # the request id and CloudEvents headers, which REST sends as response headers
             context.set_trailing_metadata(to_metadata(answer.headers))
         return response
 

@@ -13,6 +13,7 @@ wrap the front's answers with the same Starlette middlewares MLServer puts in it
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import re
 import time
@@ -30,6 +31,7 @@ from chariot_support.rest.bodies import (
     BodyTooLarge,
     body_too_large,
     both_framings,
+    inflate,
     read_body,
     shape_problem,
 )
@@ -44,12 +46,13 @@ logger = logging.getLogger("chariot_support")
 
 # Each inference route once: its path, and the route template MLServer's HTTP metrics label it with.
 V2_PATH = re.compile(r"/v2/models/(?P<name>[^/]+)(?P<versioned>/versions/(?P<version>[^/]+))?/infer(?P<slash>/?)")
-ROOT_PATH = re.compile(r"/infer")
+ROOT_PATH = re.compile(r"/infer/?")  # Chariot writes its URLs with the trailing slash
 V1_PATH = re.compile(r"/v1/models/(?P<path>.+)")
 _WANTED = {
     b"content-length",
     b"transfer-encoding",
     b"content-type",
+    b"content-encoding",
     chariot_v2.PARAMETERS_HEADER.encode(),
     *(name.encode() for name in REQUEST_ID_HEADERS),
 }
@@ -164,8 +167,10 @@ class InferenceFront:
             if size:
                 await budget.reserve(size)
                 held = size
+            encoding = headers.get("content-encoding", "")
             lines = None
-            if kind == "root" and chariot_v2.media_type(headers.get("content-type")) in chariot_v2.JSONL_TYPES:
+            jsonl = chariot_v2.media_type(headers.get("content-type")) in chariot_v2.JSONL_TYPES
+            if kind == "root" and jsonl and not encoding:  # lines of a compressed body are counted once inflated
                 lines = chariot_v2.LineCounter(self.max_inputs)
 
             def arrived(chunk: bytes, received: int) -> None:
@@ -179,6 +184,11 @@ class InferenceFront:
             body = await read_body(receive, self.max_bytes, lambda size: body_too_large(size, self.max_bytes), arrived)
             if body is None:
                 return scope.get(ANSWERED, 499)  # the client left, or was cut for its slowness
+            if encoding:  # inflated off the event loop: a bomb takes a step past the limit, health answers meanwhile
+                too_large = functools.partial(body_too_large, max_bytes=self.max_bytes)
+                body = await asyncio.to_thread(inflate, body, encoding, self.max_bytes, too_large)
+                await budget.reserve(len(body))
+                held += len(body)
             problem = await shape_problem(body, max_elements=self.max_elements, max_depth=self.max_depth)
             if problem is not None:
                 return await send_error(send, *problem)
@@ -232,7 +242,7 @@ class InferenceFront:
             return await self._answer_v2(body, decoded, headers, None, None)
         answer = await self.pipeline.answer(sent.request, headers)
         content, media_type = chariot_v2.render(list(answer.answered.results), sent.form)
-        return content, media_type, {"x-request-id": answer.request_id}
+        return content, media_type, answer.headers
 
     async def _v1(self, body: bytes, match: re.Match, headers: dict[str, str]) -> tuple[bytes, str, dict]:
         """KServe V1 and TensorFlow Serving: `/v1/models/<name>[/versions/<v>]:<verb>`."""
@@ -247,7 +257,7 @@ class InferenceFront:
         # Reading a body of pixel lists takes long enough to hold up health checks: off the loop.
         request = await asyncio.to_thread(lambda: read(legacy.read_body(body)))
         answer = await self.pipeline.answer(request, headers, verb["name"], verb["version"], explain=name == "explain")
-        return legacy.render(name, answer), "application/json", {}
+        return legacy.render(name, answer), "application/json", answer.headers
 
 
 def _with_cors_and_gzip(answer, settings):

@@ -100,7 +100,8 @@ class Pipeline:
                 except SERVING_ERRORS as error:
                     raise unwrap_worker_error(error) from None
                 extra = response_headers(self._inner, served, request_id)
-        return Answer(answered, request_id, name, served.version, extra)
+        # One policy for every protocol: MLServer's CloudEvents headers, and the request id as X-Request-ID.
+        return Answer(answered, request_id, name, served.version, {**extra, "x-request-id": request_id})
 
 
 @functools.cache

@@ -647,6 +647,10 @@ def is_private(name: str) -> bool:
     return name.startswith("_") and not name.endswith("__")
 
 
+# The standard library's documented names that start with an underscore.
+DOCUMENTED_UNDERSCORES = {"os._exit"}
+
+
 def test_only_the_seams_reach_past_mlservers_documented_surface():
     """Outside seams/ the support package imports MLServer's documented surface only, and reads no private
     attribute of an object other than its own."""
@@ -665,6 +669,8 @@ def test_only_the_seams_reach_past_mlservers_documented_surface():
             elif isinstance(node, ast.Import) and any(a.name.startswith("mlserver.") for a in node.names):
                 reached.append(f"{path.relative_to(package)}: import {', '.join(a.name for a in node.names)}")
             elif isinstance(node, ast.Attribute) and is_private(node.attr) and not is_self(node.value):
+                if ast.unparse(node) in DOCUMENTED_UNDERSCORES:
+                    continue
                 reached.append(f"{path.relative_to(package)}:{node.lineno}: {ast.unparse(node)}")
     assert not reached, "move these into seams/mlserver.py, with a canary each:\n" + "\n".join(reached)
 
@@ -683,6 +689,7 @@ ENGINE_OWN = {
     "workers",  # the supervisor (serving/workers.py) the engine's data plane holds
     "closing",  # the supervisor's flag that the engine is stopping
     "limits",  # _EngineGRPCServer's interceptor in front of every gRPC call, set as its server is built
+    "_stopped",  # EngineServer's event: its stop is done (the workers too)
 }
 
 

@@ -7,6 +7,7 @@ private name): on an MLServer where one no longer holds, the canary says which i
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import importlib
 import logging
@@ -109,6 +110,7 @@ class EngineServer(MLServer):
 
     predict_timeout: float = 60.0
     stopping = False  # set by the first stop
+    _stopped: asyncio.Event | None = None  # set once that stop is done
 
     def engine_parts(self, data_plane: DataPlane, model_registry) -> tuple[Any, Any, Any]:
         raise NotImplementedError
@@ -149,6 +151,9 @@ class EngineServer(MLServer):
         if self._inference_pool_registry is not None:
             self._data_plane.workers = self.watch_workers(self._inference_pool_registry)
         await super().start(models_settings)
+        if self._stopped is not None:
+            # The servers have stopped (uvicorn's stop on the signal itself); the workers may still be stopping.
+            await self._stopped.wait()
         if failures:
             raise ModelLoadFailed(str(unwrap_worker_error(failures[0]))) from failures[0]
 
@@ -158,9 +163,22 @@ class EngineServer(MLServer):
         if self.stopping:
             return
         self.stopping = True
+        self._stopped = asyncio.Event()
+        # MLServer's own stop closes the parallel workers first, failing every request still in them. The engine
+        # drains instead: it stops taking connections and calls, answers those it took, and stops the workers last.
+        await self.drain(sig)
         if getattr(self._data_plane, "workers", None) is not None:
             self._data_plane.workers.closing = True  # workers that exit now are leaving, not dying
-        await super().stop(sig)
+        if self._inference_pool_registry is not None:
+            await self._inference_pool_registry.close()
+        if self._metrics_server is not None:
+            await self._metrics_server.stop(sig)
+        self._stopped.set()
+
+    async def drain(self, sig: int | None) -> None:
+        """Stop taking requests and answer those in flight (a subclass says how long it waits for them)."""
+        await self._rest_server.stop(sig)
+        await self._grpc_server.stop(sig)
 
 
 class _EngineGRPCServer(GRPCServer):

@@ -7,6 +7,7 @@ import asyncio
 import logging
 import threading
 import time
+import weakref
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
@@ -15,6 +16,8 @@ from chariot_support.protocols.images import image_header
 from chariot_support.protocols.request import ImageInput
 from chariot_support.serving.memory import RECLAIM_AFTER_BYTES, reclaim_soon
 from chariot_support.settings import EngineSettings
+
+_COUNTERS: weakref.WeakSet[StuckThreads] = weakref.WeakSet()
 
 logger = logging.getLogger("chariot_support")
 
@@ -80,6 +83,11 @@ class MemoryBudget:
                 self._room.notify_all()
 
 
+def threads_still_stuck() -> int:
+    """Threads of this process still inside a predict that overran its timeout."""
+    return sum(counter.count for counter in list(_COUNTERS))
+
+
 class StuckThreads:
     """Counts the threads written off to predicts that overran their timeout. Below the cap each is replaced; at
     the cap the engine stops taking requests (not ready, 503) until one returns, so threads stay bounded."""
@@ -89,6 +97,11 @@ class StuckThreads:
         self._count = 0
         self._owed = 0  # written-off threads not replaced, because the cap was reached
         self._lock = threading.Lock()
+        _COUNTERS.add(self)
+
+    @property
+    def count(self) -> int:
+        return self._count
 
     @property
     def full(self) -> bool:

@@ -6,12 +6,13 @@ CHARIOT_PREDICT_TIMEOUT."""
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from chariot_support.errors import BadRequest, ModelLoading
+from chariot_support.errors import BadRequest, ChariotError, ModelLoading
 from chariot_support.protocols.chariot_v2_kserve import HEADER_TEXT
 from chariot_support.protocols.request import Answer, Request
 from chariot_support.seams.mlserver import (
@@ -61,6 +62,21 @@ class Pipeline:
     def __init__(self, data_plane: Any, inner: Any):
         self.data_plane = data_plane
         self._inner = inner
+        self.stopping = False  # the engine is draining: requests from now on are refused, those in flight answered
+        self._in_flight = 0
+        self._drained: asyncio.Event | None = None
+
+    async def drain(self, timeout: float) -> int:
+        """Refuse new requests from now on, and wait up to `timeout` seconds for those in flight to be answered;
+        returns how many were still in flight after it."""
+        self.stopping = True
+        if self._in_flight:
+            self._drained = asyncio.Event()
+            try:
+                await asyncio.wait_for(self._drained.wait(), timeout)
+            except TimeoutError:
+                pass
+        return self._in_flight
 
     @property
     def model_name(self) -> str:
@@ -88,6 +104,21 @@ class Pipeline:
         """Answer `request`, sent to the model `name` (the served model when None) with `headers` (lowercase)."""
         request_id = request_id_of(request.id, headers)
         note_request_id(request_id)
+        if self.stopping:
+            raise ChariotError(
+                "the engine is stopping (a new version is rolling out, or it is scaled down): retry", 503
+            )
+        self._in_flight += 1
+        try:
+            return await self._answer(request, request_id, headers, name, version, explain)
+        finally:
+            self._in_flight -= 1
+            if not self._in_flight and self._drained is not None:
+                self._drained.set()
+
+    async def _answer(
+        self, request: Request, request_id: str, headers: Mapping[str, str], name, version, explain: bool
+    ) -> Answer:
         name = name or self.model_name
         with self.data_plane.named(name, version) as resolved:
             # Names and versions that are not served end here, before a metric is labelled with them.

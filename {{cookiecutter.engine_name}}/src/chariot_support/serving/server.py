@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import sys
+import time
 from typing import Any
 
 from fastapi import FastAPI
@@ -28,11 +30,11 @@ from chariot_support.seams.mlserver import (
     set_uvicorn_options,
 )
 from chariot_support.seams.uvicorn import IdleLimitedProtocol
-from chariot_support.serving.admission import BodyBudget
+from chariot_support.serving.admission import BodyBudget, threads_still_stuck
 from chariot_support.serving.data_plane import ChariotDataPlane, ChariotRepositoryHandlers, EngineRepository
 from chariot_support.serving.logs import logging_config
 from chariot_support.serving.plan import ServingPlan
-from chariot_support.serving.workers import WorkerWatch
+from chariot_support.serving.workers import WORKER_GRACE, WorkerWatch
 from chariot_support.settings import EngineSettings, config
 
 logger = logging.getLogger("chariot_support")
@@ -159,6 +161,22 @@ class ChariotServer(EngineServer):
         self._chariot_plane = chariot_plane
         return chariot_plane, repository, handlers
 
+    async def drain(self, sig: int | None) -> None:
+        """On SIGTERM: refuse new requests (503, the engine is stopping), stop taking connections and calls, and
+        answer every request in flight, waiting for them at most CHARIOT_PREDICT_TIMEOUT (and a parallel worker's
+        grace); the workers stop after."""
+        pipeline = self._chariot_plane.pipeline
+        pipeline.stopping = True
+        started = time.monotonic()
+        await self._rest_server.stop(sig)
+        grpc_stopped = asyncio.create_task(self._grpc_server.stop(sig))  # its calls in flight get CHARIOT_GRPC_GRACE
+        left = await pipeline.drain(self.predict_timeout + WORKER_GRACE)
+        await grpc_stopped
+        if left:
+            logger.error("stopping with %d requests still unanswered after %.1f s", left, time.monotonic() - started)
+        else:
+            logger.info("every request in flight was answered (%.1f s); stopping", time.monotonic() - started)
+
     def watch_workers(self, pool_registry) -> WorkerWatch:
         watch = WorkerWatch(pool_registry, self.predict_timeout)
         watch.install()
@@ -260,3 +278,12 @@ def serve(model_class: type[ChariotModel], *, default_model_id: str) -> None:
     except ModelLoadFailed as failure:
         logger.critical("the engine stops: %s", failure)
         raise SystemExit(1) from None
+    # Stopped cleanly. A predict that overran CHARIOT_PREDICT_TIMEOUT may still run in a written-off thread, inside
+    # native code (ONNX Runtime, torch): the interpreter's own exit would tear down the libraries under it, and C++
+    # ends such a process with abort (exit 134). Everything is answered by now: flushed, leave at once, with 0.
+    if threads_still_stuck():
+        logger.warning("%d predicts that overran CHARIOT_PREDICT_TIMEOUT are left running", threads_still_stuck())
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)

@@ -1,0 +1,8 @@
+"""Serve SlowNative."""
+
+from chariot_support.serving.server import serve
+
+from .model import SlowNative
+
+if __name__ == "__main__":
+    serve(SlowNative, default_model_id="slow")

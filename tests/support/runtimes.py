@@ -8,8 +8,9 @@ from mlserver.settings import ModelParameters, ModelSettings
 from mlserver.types import InferenceRequest, InferenceResponse
 
 from chariot_support.protocols import v2_rest
+from chariot_support.protocols.chariot_v2_kserve import parse_request
 from chariot_support.protocols.request import Answer
-from chariot_support.serving.runtime import ChariotRuntime
+from chariot_support.serving.runtime import ChariotRuntime, import_model_class
 from chariot_support.settings import EngineSettings
 
 
@@ -28,5 +29,8 @@ def loaded_runtime(model_class: str, settings: EngineSettings) -> ChariotRuntime
 async def answer(runtime: ChariotRuntime, payload: InferenceRequest) -> InferenceResponse:
     """The runtime's answer to a V2 request, as a V2 response."""
     request_id = payload.id or str(uuid.uuid4())
-    answered = await runtime.answer(v2_rest.request_from_model(payload), request_id)
+    task = import_model_class(runtime.settings.parameters.extra["model_class"]).task_type
+    settings = EngineSettings.from_json(runtime.settings.parameters.extra["engine_settings"])
+    parsed = parse_request(v2_rest.request_from_model(payload), task, settings)  # as the pipeline checks it
+    answered = await runtime.answer(parsed, request_id)
     return InferenceResponse.model_validate_json(v2_rest.render(Answer(answered, request_id, "m-test", None, {})))

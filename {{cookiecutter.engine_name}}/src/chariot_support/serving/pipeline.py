@@ -13,8 +13,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from chariot_support.errors import BadRequest, ChariotError, ModelLoading
-from chariot_support.protocols.chariot_v2_kserve import HEADER_TEXT
-from chariot_support.protocols.request import Answer, Request
+from chariot_support.model.tasks import TaskType
+from chariot_support.protocols.chariot_v2_kserve import HEADER_TEXT, parse_request
+from chariot_support.protocols.request import Answer, ParsedRequest, Request
 from chariot_support.seams.mlserver import (
     SERVING_ERRORS,
     call_runtime,
@@ -22,6 +23,7 @@ from chariot_support.seams.mlserver import (
     served_inference,
     unwrap_worker_error,
 )
+from chariot_support.serving.admission import LARGE_BODY
 from chariot_support.serving.logs import id_header, note_request_id
 from chariot_support.serving.runtime import import_model_class
 
@@ -87,6 +89,14 @@ class Pipeline:
         with self.data_plane.named(name, version) as resolved:
             return await self.data_plane.model_registry.get_model(resolved, version)
 
+    async def _parse(self, request: Request, task: TaskType) -> ParsedRequest:
+        """The request's inputs and parameters checked against the protocol and the engine's limits; its images
+        read from their base64 (off the event loop when large, so health answers meanwhile)."""
+        limits = self.data_plane.engine
+        if _encoded_bytes(request) > LARGE_BODY:
+            return await asyncio.to_thread(parse_request, request, task, limits)
+        return parse_request(request, task, limits)
+
     async def model_class(self, name: str | None = None) -> type:
         """The author's model class (its task type, whether it explains)."""
         model = await self.model(name or self.model_name, None)
@@ -126,13 +136,20 @@ class Pipeline:
             if not model.ready:
                 raise ModelLoading(f"model {name!r} is still loading; retry when GET /v2/health/ready answers 200")
             async with served_inference(self._inner, model, version) as served:
+                # Checked here, before the request waits for a thread, a batch or a parallel worker: a bad request
+                # is told so at once, never queued behind the model's work.
+                parsed = await self._parse(request, TaskType(model.settings.parameters.extra["task_type"]))
                 try:
-                    answered = await call_runtime(served, "answer", request, request_id, explain)
+                    answered = await call_runtime(served, "answer", parsed, request_id, explain)
                 except SERVING_ERRORS as error:
                     raise unwrap_worker_error(error) from None
                 extra = response_headers(self._inner, served, request_id)
         # One policy for every protocol: MLServer's CloudEvents headers, and the request id as X-Request-ID.
         return Answer(answered, request_id, name, served.version, {**extra, "x-request-id": request_id})
+
+
+def _encoded_bytes(request: Request) -> int:
+    return sum(len(value) for tensor in request.inputs for value in tensor.data[:1] if isinstance(value, (str, bytes)))
 
 
 @functools.cache

@@ -30,9 +30,8 @@ from chariot_support.model.base import ChariotModel
 from chariot_support.model.bounds import inside_image
 from chariot_support.model.image import Image
 from chariot_support.model.tasks import TaskType, select, to_json, validate_results
-from chariot_support.protocols.chariot_v2_kserve import parse_request
 from chariot_support.protocols.images import decode_image
-from chariot_support.protocols.request import Answered, ImageInput, ParsedRequest, Request
+from chariot_support.protocols.request import Answered, ImageInput, ParsedRequest
 from chariot_support.serving.admission import MemoryBudget, StuckThreads
 from chariot_support.serving.batching import Batcher
 from chariot_support.serving.copies import ModelCopies, threads_per_call
@@ -156,10 +155,10 @@ class ChariotRuntime(MLModel):
             threads.shutdown()
         return True
 
-    async def answer(self, request: Request, request_id: str, explain: bool = False) -> Answered:
+    async def answer(self, request: ParsedRequest, request_id: str, explain: bool = False) -> Answered:
         """The runtime's one entry, for every protocol (pipeline.Pipeline.answer calls it, across parallel workers
-        too): check the request, decode its images, predict, check and select the results, within
-        CHARIOT_PREDICT_TIMEOUT."""
+        too), with a request the pipeline has checked: decode its images, predict, check and select the results,
+        within CHARIOT_PREDICT_TIMEOUT."""
         note_request_id(request_id)  # a request that fails here is still logged under its id
         return await self._within_timeout(request_id, self._answer, request, request_id, explain)
 
@@ -263,8 +262,7 @@ class ChariotRuntime(MLModel):
             raise PredictTimeout(f"the request ran out of CHARIOT_PREDICT_TIMEOUT ({self._timeout:g} s) while decoding")
         return decode_image(image.encoded, image.where, self._limits, image.item)
 
-    def _answer(self, request: Request, request_id: str, explain: bool, call: Call) -> Answered:
-        parsed = parse_request(request, self._task, self._limits)
+    def _answer(self, parsed: ParsedRequest, request_id: str, explain: bool, call: Call) -> Answered:
         with self._budget.admit(parsed.images, call.deadline):
             images, chosen = self._results(parsed, call)
             explanations = self._explain(images, parsed, chosen, request_id, call) if explain else None

@@ -119,6 +119,7 @@ def model_settings(model_class: type[ChariotModel], model_id: str, engine: Engin
             # The runtime is handed the engine's settings with the model, in this process or a parallel worker.
             extra={
                 "model_class": f"{model_class.__module__}:{model_class.__qualname__}",
+                "task_type": model_class.task_type.value,  # the pipeline checks requests by it, without the model
                 "engine_settings": engine.to_json(),
             },
         ),

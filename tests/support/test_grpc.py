@@ -258,3 +258,39 @@ def test_only_plain_grpc_requests_are_read_by_the_engine_itself(model_name, scen
     typed = grpc_request(body, model_name)
     typed.inputs[0].parameters["content_type"].int64_param = 5
     assert plain_grpc_request(typed, 1_000_000) is None
+
+
+def test_a_call_past_its_deadline_is_not_predicted_and_is_counted():
+    """A client's deadline is honoured: a call that waits for the one thread past its deadline gets
+    DEADLINE_EXCEEDED, is never predicted (the thread is free as soon as the predict before it returns), and is
+    counted and logged as such (504), not as the engine's failure."""
+    import re
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+    from pathlib import Path
+
+    from chariot_support.dev.testing import run_engine
+
+    pixels = np.zeros((32, 48, 3), np.uint8)
+
+    def call(stub, seconds: float, timeout: float):
+        body = chariot_request(image_input("image-0", pixels, fault="sleep", seconds=seconds))
+        return stub.ModelInfer(grpc_request(body, "m-faulty"), timeout=timeout)
+
+    with run_engine("faulty_engine", src=Path(__file__).parent, env={"CHARIOT_THREADS": "1"}) as engine:
+        with grpc.insecure_channel(engine.grpc_address) as channel, ThreadPoolExecutor(1) as pool:
+            stub = GRPCInferenceServiceStub(channel)
+            slow = pool.submit(call, stub, 2, 30)
+            time.sleep(0.3)  # the one thread is inside the slow predict
+            with pytest.raises(grpc.RpcError) as late:
+                call(stub, 1.5, 0.5)
+            assert late.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+            slow.result(timeout=30)
+            started = time.monotonic()
+            call(stub, 0, 30)
+            # Measured here: a few ms; had the late call been predicted, the thread would be busy for 1.5 s more.
+            assert time.monotonic() - started < 1.0
+        metrics = requests.get(f"http://127.0.0.1:{engine.metrics_port}/metrics", timeout=5).text
+        log = engine.log()
+    assert re.search(r'^chariot_grpc_refused_total\{reason="deadline_exceeded"\} 1\.0$', metrics, re.M), metrics[-2000:]
+    assert re.search(r'"message": "ModelInfer /v2/models/m-faulty/infer 504 ', log), log[-3000:]

@@ -3,6 +3,7 @@ image's results as one JSON-encoded BYTES element."""
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 import time
@@ -14,7 +15,7 @@ from mlserver.grpc import dataplane_pb2 as pb
 from mlserver.grpc.dataplane_pb2_grpc import GRPCInferenceServiceServicer
 
 from chariot_support.errors import internal_error
-from chariot_support.grpc.limits import off_loop_if_large
+from chariot_support.grpc.limits import off_loop_if_large, refused_calls
 from chariot_support.protocols import v2_grpc
 from chariot_support.seams.mlserver import (
     SERVING_ERRORS,
@@ -54,24 +55,47 @@ def grpc_status(http_status: int) -> grpc.StatusCode:
 def _aborts_with_status(method: Callable) -> Callable:
     """Turn an error into the gRPC status matching its HTTP status, with the message REST would give."""
 
+    logs_itself = method.__name__ == "ModelInfer"
+
     @functools.wraps(method)
     async def call(self, request, context):
+        started, status = time.perf_counter(), 500
         try:
-            return await method(self, request, context)
+            answer = await method(self, request, context)
+            status = 200
+            return answer
         except aio.AbortError:
             raise
         except SERVING_ERRORS as error:
             if error.status_code >= 500:
                 logger.error("%s failed: %s", method.__name__, error)
+            status = error.status_code
             code, message = grpc_status(error.status_code), str(error)
         except Exception as error:
             logger.exception("%s failed", method.__name__)
             code, message = grpc.StatusCode.INTERNAL, internal_error(error)
+        finally:
+            if not logs_itself:  # one log line per call, as REST writes one per request (health quietly)
+                model = getattr(request, "name", None) or None
+                log_request(
+                    protocol="grpc",
+                    method=method.__name__,
+                    path="",
+                    status=status,
+                    started=started,
+                    request_id=None,
+                    model=model,
+                )
         # Aborted after the except block, so that the abort's exception does not carry the error as its context:
         # gRPC keeps it past the call, and the error's traceback holds the request (up to CHARIOT_MAX_REQUEST_MB).
         await context.abort(code, message)
 
     return call
+
+
+def _past_deadline(context) -> bool:
+    remaining = context.time_remaining()
+    return remaining is not None and remaining <= 0
 
 
 class ChariotInferenceServicer(GRPCInferenceServiceServicer):
@@ -111,6 +135,12 @@ class ChariotInferenceServicer(GRPCInferenceServiceServicer):
         name = request.model_name
         with request_entry() as entry:
             try:
+                if _past_deadline(context):  # its caller has given up: not parsed, queued or predicted
+                    status = 504
+                    refused_calls().labels("deadline_exceeded").inc()
+                    await context.abort(
+                        grpc.StatusCode.DEADLINE_EXCEEDED, "the call's deadline passed before it was served"
+                    )
                 headers = to_headers(context)
                 parsed = await off_loop_if_large(v2_grpc.parse, request, self._data_plane.engine.max_elements)
                 answer = await self._pipeline.answer(parsed, headers, name, request.model_version or None)
@@ -118,6 +148,15 @@ class ChariotInferenceServicer(GRPCInferenceServiceServicer):
                 status = 200
             except SERVING_ERRORS as error:
                 status = error.status_code
+                raise
+            except asyncio.CancelledError:
+                # gRPC cancels a call whose deadline passes (its work is dropped if it has not started) or whose
+                # client went away: counted and logged as such, not as the engine's failure.
+                if _past_deadline(context):
+                    status = 504
+                    refused_calls().labels("deadline_exceeded").inc()
+                else:
+                    status = 499
                 raise
             finally:
                 # One log line per inference, as REST writes; gRPC has no path, and the status is REST's for it.

@@ -6,6 +6,7 @@ that it waits for gRPC calls in flight."""
 import json
 
 import numpy as np
+import pytest
 import requests
 from hostile import HERE, wait_until
 
@@ -74,3 +75,29 @@ def test_sigterm_says_once_that_it_waits_for_grpc_calls():
         "waiting up to 30 s for gRPC calls in flight"
     ]
     assert engine.process.returncode == 0
+
+
+@pytest.mark.parametrize(
+    "env, words",
+    [
+        ({"MLSERVER_CACHE_ENABLED": "true"}, "MLSERVER_CACHE_ENABLED is not supported by this engine"),
+        ({"CHARIOT_MAX_INPUTS": "many"}, "CHARIOT_MAX_INPUTS must be a whole number"),
+    ],
+)
+def test_settings_the_engine_cannot_start_with_are_one_json_line_and_exit_2(env, words):
+    import json
+    import os
+    import subprocess
+    import sys
+
+    started = subprocess.run(
+        [sys.executable, "-m", "chariot_support", "Object Detection"],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert started.returncode == 2, started.stdout + started.stderr
+    assert "Traceback" not in started.stdout + started.stderr
+    (line,) = [json.loads(each) for each in started.stdout.splitlines() if each.strip()]
+    assert line["level"] == "critical" and words in line["message"], line

@@ -95,6 +95,10 @@ class DoesNotStream(ChariotError):
         )
 
 
+class BadSettings(Exception):
+    """The engine's environment asks for something it cannot do: it does not start (the message says what to set)."""
+
+
 def internal_error(error: BaseException) -> str:
     """The message of a 500 for an error nobody expected: its kind and words, for the engine's author to look up
     in the log, where its traceback is."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import logging.config
 import os
 import sys
 import time
@@ -16,7 +17,7 @@ from mlserver.types import (
 )
 
 from chariot_support import model_id as model_id_rule
-from chariot_support.errors import ModelLoadFailed
+from chariot_support.errors import BadSettings, ModelLoadFailed
 from chariot_support.grpc.limits import CallLimits
 from chariot_support.grpc.service import ChariotInferenceServicer
 from chariot_support.model.base import ChariotModel
@@ -257,8 +258,11 @@ def build_server(model_class: type[ChariotModel], model_id: str, engine: EngineS
 
 
 async def _serve(model_class: type[ChariotModel], default_model_id: str) -> None:
-    engine = config()  # read from the environment here, once, and handed to every part from here on
-    server = build_server(model_class, model_id_from_env(default_model_id, engine), engine)
+    try:
+        engine = config()  # read from the environment here, once, and handed to every part from here on
+        server = build_server(model_class, model_id_from_env(default_model_id, engine), engine)
+    except ValueError as problem:
+        raise BadSettings(str(problem)) from None
     settings, model = server.settings, server.model
     logger.info(
         "serving %s as %s on REST :%s and gRPC :%s",
@@ -279,6 +283,10 @@ def serve(model_class: type[ChariotModel], *, default_model_id: str) -> None:
     except ModelLoadFailed as failure:
         logger.critical("the engine stops: %s", failure)
         raise SystemExit(1) from None
+    except BadSettings as problem:
+        logging.config.dictConfig(logging_config("INFO"))  # one JSON line, as every other line the engine writes
+        logger.critical("the engine cannot start: %s", problem)
+        raise SystemExit(2) from None
     # Stopped cleanly. A predict that overran CHARIOT_PREDICT_TIMEOUT may still run in a written-off thread, inside
     # native code (ONNX Runtime, torch): the interpreter's own exit would tear down the libraries under it, and C++
     # ends such a process with abort (exit 134). Everything is answered by now: flushed, leave at once, with 0.

@@ -178,7 +178,8 @@ def parser(default_model_id: str) -> argparse.ArgumentParser:
         action="append",
         default=[],
         dest="prompts",
-        help="a prompt for Image Text to Text; repeat for several",
+        help="a prompt for Image Text to Text, a question or instruction about the image; repeat for several"
+        " (without one, the model answers about the image itself)",
     )
     p.add_argument("--score-threshold", type=float, help="drop results scoring under this (0..1)")
     p.add_argument("--metadata", help="Chariot metadata as a JSON object, copied through to the reply")

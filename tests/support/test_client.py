@@ -180,6 +180,14 @@ def test_labels_and_answers_are_written_below_the_picture_hiding_nothing(scene, 
     assert (band != band[0, 0]).any(axis=2).sum() > 100, "the text is in the band"
 
 
+def test_an_answer_about_the_picture_itself_is_drawn_without_a_question(scene):
+    before = bgr(scene)
+    asked = drawing.draw(before, [{"prompt": "what is this?", "answer": "a scene"}])
+    itself = drawing.draw(before, [{"prompt": "", "answer": "a scene"}])
+    assert np.array_equal(itself[: scene.height], before)
+    assert asked.shape[0] > itself.shape[0] > before.shape[0], "one line fewer: no empty Q: line"
+
+
 def test_drawings_go_to_the_file_for_one_image_and_a_folder_for_several(tmp_path):
     assert client.drawing_paths([Path("a/x.jpg")], tmp_path / "out.png") == [tmp_path / "out.png"]
     paths = client.drawing_paths([Path("a/x.jpg"), Path("b/x.png"), Path("y.jpg")], tmp_path)

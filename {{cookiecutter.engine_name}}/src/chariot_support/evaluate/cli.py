@@ -3,8 +3,9 @@
 Every image goes to the engine as Chariot sends it (a chariot-v2-kserve request with Chariot's `action` and a low
 `score_threshold`), to a running engine (`--url`) or to one started here from this engine with the user's
 MODEL_DIR. The answers are scored with valor-lite (`pip install -e '.[eval]'`); the results go to `--out`, and
-`--min METRIC=VALUE` fails the run when a metric falls short. Exit status: 0 done, 1 a metric fell short,
-2 a usage mistake or a bad dataset, 3 the engine could not be reached or answered wrongly.
+`--min METRIC=VALUE` fails the run when a metric falls short (`--max` when an error rate, CER or WER, rises above).
+Exit status: 0 done, 1 a bound was not met, 2 a usage mistake or a bad dataset, 3 the engine could not be reached or
+answered wrongly.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from pathlib import Path
 
 from chariot_support.client import cli as client
 from chariot_support.evaluate.data import Dataset, DatasetError, Sample, load
-from chariot_support.evaluate.metrics import Bound
+from chariot_support.evaluate.metrics import LOWER_IS_BETTER, TEXT_METRICS, Bound
 from chariot_support.model.tasks import TaskType
 from chariot_support.settings import EngineSettings
 
@@ -70,7 +71,7 @@ def parser() -> argparse.ArgumentParser:
         metavar="DATASET",
         help="COCO instances .json (Object Detection, Image Segmentation); a folder per class or a file,label .csv"
         " (Image Classification); a DOTA folder of images/ and labelTxt/ (Oriented Object Detection); a .jsonl of"
-        ' {"image", "prompt", "answer"} (Image Text to Text)',
+        ' {"image", "prompt", "answer"}, the prompt optional (Image Text to Text)',
     )
     p.add_argument("--url", help="a running engine's base URL; by default this engine is started on a free port")
     p.add_argument(
@@ -88,8 +89,15 @@ def parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="METRIC[@IOU][:LABEL]=VALUE",
-        help="fail unless a valor-lite metric reaches VALUE: mAP=0.5, mAP@0.75=0.4, AP:person=0.6, Accuracy=0.9, ..."
-        " (repeatable; at IoU 0.5 unless @IOU says otherwise)",
+        help="fail unless a metric reaches VALUE: mAP=0.5, mAP@0.75=0.4, AP:person=0.6, Accuracy=0.9, ExactMatch=0.8,"
+        " ... (repeatable; at IoU 0.5 unless @IOU says otherwise)",
+    )
+    p.add_argument(
+        "--max",
+        action="append",
+        default=[],
+        metavar="METRIC=VALUE",
+        help="fail if an error rate, where lower is better, rises above VALUE: CER=0.05, WER=0.2 (repeatable)",
     )
     p.add_argument(
         "--score-threshold",
@@ -104,8 +112,9 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def parse_bounds(raw: Sequence[str]) -> list[Bound]:
-    """`METRIC[@IOU][:LABEL]=VALUE` strings as Bounds."""
+def parse_bounds(raw: Sequence[str], upper: bool = False) -> list[Bound]:
+    """`METRIC[@IOU][:LABEL]=VALUE` strings as Bounds: `--min`s, or with `upper` `--max`es."""
+    option = "--max" if upper else "--min"
     bounds = []
     for item in raw:
         name, sep, value = item.partition("=")
@@ -117,16 +126,39 @@ def parse_bounds(raw: Sequence[str]) -> list[Bound]:
             least = threshold = float("nan")
         if not sep or not kind.strip() or least != least or threshold != threshold:
             raise ValueError(
-                f"--min {item!r} must look like METRIC=VALUE, METRIC@IOU=VALUE or METRIC:LABEL=VALUE, e.g. mAP=0.5"
+                f"{option} {item!r} must look like METRIC=VALUE, METRIC@IOU=VALUE or METRIC:LABEL=VALUE, e.g. mAP=0.5"
             )
-        bounds.append(Bound(kind.strip(), threshold, label.strip() or None, least))
+        bounds.append(Bound(kind.strip(), threshold, label.strip() or None, least, upper))
     return bounds
 
 
+def bound_problem(bounds: Sequence[Bound], task: TaskType) -> str | None:
+    """Why `bounds` cannot apply to an evaluation of `task`, in one sentence, or None: a metric it has not, or an
+    error rate under --min (or another metric under --max), which would pass what should fail."""
+    names = metric_names(task)
+    unknown = [b for b in bounds if b.metric not in names]
+    if unknown:
+        named = ", ".join(sorted({f"{b.option} {b.metric}" for b in unknown}))
+        return f"{named}: {task.value} has {', '.join(sorted(names))}"
+    for bound in bounds:
+        rate = bound.metric in LOWER_IS_BETTER
+        if bound.upper and not rate:
+            return (
+                f"--max {bound.metric}: higher is better for {bound.metric}; bound it with --min {bound.metric}=VALUE"
+            )
+        if rate and not bound.upper:
+            return (
+                f"--min {bound.metric}: {bound.metric} is an error rate, lower is better; bound it with"
+                f" --max {bound.metric}=VALUE"
+            )
+    return None
+
+
 def metric_names(task: TaskType) -> set[str]:
-    """The valor-lite metric types an evaluation of `task` can gate on."""
+    """The metric types an evaluation of `task` can gate on: valor-lite's, and for text those computed here."""
     if task is TaskType.IMAGE_TEXT_TO_TEXT:
-        return {"BLEU"}  # the text metric valor-lite computes offline; the others need an LLM service
+        # valor-lite's other text metrics need Hugging Face's Hub (ROUGE) or an LLM service; BLEU runs offline.
+        return set(TEXT_METRICS)
     if task is TaskType.IMAGE_CLASSIFICATION:
         from valor_lite.classification import MetricType
     else:
@@ -187,7 +219,7 @@ def ask(url: str, sample: Sample, task: TaskType, args: argparse.Namespace, head
     body = client.build_request(
         [(name, sample.path.read_bytes())],
         action=ACTIONS[task],
-        prompts=[sample.prompt] if sample.prompt is not None else (),
+        prompts=[sample.prompt] if sample.prompt else (),
         score_threshold=args.score_threshold if task in THRESHOLDED else None,
     )
     try:
@@ -263,7 +295,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         missing = missing_extra()
         if missing:
             raise ValueError(missing)
-        bounds = parse_bounds(args.min)
+        bounds = parse_bounds(args.min) + parse_bounds(args.max, upper=True)
         headers = client.parse_headers(args.header)
         if args.workers < 1 or args.worst < 0:
             raise ValueError("--workers must be at least 1 and --worst at least 0")
@@ -280,10 +312,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         with engine_url(args) as (url, engine):
             task = TaskType(args.task) if args.task else task_of(url, model_id, headers)
-            unknown = sorted({b.metric for b in bounds} - metric_names(task))
-            if unknown:
-                names = ", ".join(sorted(metric_names(task)))
-                print(f"error: --min {', '.join(unknown)}: {task.value} has {names}", file=sys.stderr)
+            problem = bound_problem(bounds, task)
+            if problem:
+                print(f"error: {problem}", file=sys.stderr)
                 return 2
             dataset = load(task, args.dataset, args.images)
             started = time.monotonic()
@@ -336,6 +367,8 @@ def finish(args, engine: str, dataset: Dataset, answers: dict[str, list[dict]], 
             shutil.rmtree(staged)
     print(f"{dataset.task.value}: {len(dataset.samples)} images from {dataset.source} in {seconds:.2f} s")
     print("\n".join(evaluate_report.summary_lines(scores)))
+    for note in scores.notes:
+        print(f"\n{note}")
     if scores.dataset_only:
         print(f"\nonly in the dataset: {', '.join(scores.dataset_only)}")
     if scores.engine_only:

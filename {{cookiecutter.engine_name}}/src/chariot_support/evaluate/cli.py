@@ -11,6 +11,7 @@ answered wrongly.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import shlex
@@ -26,12 +27,13 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from chariot_support.client import cli as client
-from chariot_support.evaluate.data import Dataset, DatasetError, Sample, load
+from chariot_support.evaluate.data import Dataset, Sample, load
 from chariot_support.evaluate.metrics import LOWER_IS_BETTER, TEXT_METRICS, Bound
 from chariot_support.model.tasks import TaskType
 from chariot_support.settings import EngineSettings
 
 DEFAULT_OUT = Path("evaluation")
+SRC = Path(__file__).resolve().parents[2]  # the engine's src/ folder, where its own package sits beside this one
 # Low enough that the precision-recall curves run to the end: Chariot's default threshold would cut them at 0.5.
 DEFAULT_SCORE_THRESHOLD = 0.001
 # What Chariot asks each task for; classification asks for every label's score, which ROC AUC needs.
@@ -80,7 +82,11 @@ def parser() -> argparse.ArgumentParser:
         help="what to start with `python -m` (default: this engine's package)",
     )
     p.add_argument("--model-dir", type=Path, help="MODEL_DIR for the engine started here (default: $MODEL_DIR)")
-    p.add_argument("--model-id", help="the id in /v2/models/m-<id>/infer/ (default: $CHARIOT_MODEL_ID, else demo)")
+    p.add_argument(
+        "--model-id",
+        help="the id in /v2/models/m-<id>/infer/ (default: $CHARIOT_MODEL_ID, else the engine's DEFAULT_MODEL_ID, the"
+        " id it was baked with)",
+    )
     p.add_argument("--task", choices=[t.value for t in TaskType], help="the task type, if the engine does not say")
     p.add_argument("--images", type=Path, help="where a COCO file's images are (default: the file's folder)")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"the results' folder (default {DEFAULT_OUT}/)")
@@ -170,6 +176,40 @@ def metric_names(task: TaskType) -> set[str]:
 # --- the engine --------------------------------------------------------------------------------------------------
 
 
+def engine_command(args: argparse.Namespace) -> tuple[str, list[str]] | None:
+    """What `python -m` starts for an engine started here: `--engine`, else this engine's own package (None when it
+    cannot be told: installed without its folder)."""
+    from chariot_support.dev.testing import engine_package
+
+    if args.engine:
+        module, *engine_args = shlex.split(args.engine)
+        return module, engine_args
+    try:
+        return engine_package(SRC), []
+    except (LookupError, OSError):
+        return None
+
+
+def default_model_id(module: str | None) -> str | None:
+    """The model id an engine package answers to when run locally (its DEFAULT_MODEL_ID, the id it was baked with),
+    or None when it has none or cannot be imported here (the engine, started, then says why)."""
+    try:
+        found = getattr(importlib.import_module(module.split(".")[0]), "DEFAULT_MODEL_ID", None) if module else None
+    except Exception:  # whatever the import raises, the engine raises too when it starts, and says so
+        return None
+    return found if isinstance(found, str) else None
+
+
+def model_task(module: str | None) -> TaskType | None:
+    """The task type of an engine package's model (`<package>.model.Model.task_type`), read without starting the
+    engine, or None when it cannot be told here (no model.py, as for chariot_support's demos, or an import error)."""
+    try:
+        task = importlib.import_module(f"{module.split('.')[0]}.model").Model.task_type if module else None
+    except Exception:  # as above: the engine, started, says why
+        return None
+    return task if isinstance(task, TaskType) else None
+
+
 @contextmanager
 def engine_url(args: argparse.Namespace) -> Iterator[tuple[str, str]]:
     """The base URL of the engine to evaluate and what to call it: `--url`, or this engine started on free loopback
@@ -177,15 +217,12 @@ def engine_url(args: argparse.Namespace) -> Iterator[tuple[str, str]]:
     if args.url:
         yield args.url.rstrip("/"), args.url
         return
-    from chariot_support.dev.testing import EngineDidNotStart, engine_package, run_engine
+    from chariot_support.dev.testing import EngineDidNotStart, run_engine
 
-    if args.engine:
-        module, *engine_args = shlex.split(args.engine)
-    else:
-        try:
-            module, engine_args = engine_package(Path(__file__).resolve().parents[2]), []
-        except LookupError:
-            raise EngineFailed("cannot tell which engine to start from here: pass --engine PACKAGE, or --url") from None
+    command = engine_command(args)
+    if command is None:
+        raise EngineFailed("cannot tell which engine to start from here: pass --engine PACKAGE, or --url")
+    module, engine_args = command
     env = {"MODEL_DIR": str(args.model_dir)} if args.model_dir else {}
     print(f"starting {module} {' '.join(engine_args)}".rstrip(), file=sys.stderr)
     try:
@@ -308,28 +345,40 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    model_id = args.model_id or engine_settings.model_id.lower() or "demo"
+    # The engine started here, or with --url this engine's package, which most likely is what runs there.
+    command = engine_command(args)
+    module = command[0] if command else None
+    model_id = args.model_id or engine_settings.model_id.lower() or default_model_id(module) or "demo"
+
+    def dataset_for(task: TaskType) -> Dataset:
+        problem = bound_problem(bounds, task)
+        if problem:
+            raise ValueError(problem)
+        return load(task, args.dataset, args.images)
+
     try:
+        # Read the dataset before the engine starts when its task is known here, so a broken one is named at once.
+        known = TaskType(args.task) if args.task else None if args.url else model_task(module)
+        dataset = dataset_for(known) if known else None
         with engine_url(args) as (url, engine):
             task = TaskType(args.task) if args.task else task_of(url, model_id, headers)
-            problem = bound_problem(bounds, task)
-            if problem:
-                print(f"error: {problem}", file=sys.stderr)
-                return 2
-            dataset = load(task, args.dataset, args.images)
+            if dataset is None or dataset.task is not task:
+                dataset = dataset_for(task)
             started = time.monotonic()
             answers = ask_all(client.infer_url(url, model_id), dataset, args, headers)
             seconds = time.monotonic() - started
-    except DatasetError as error:
+    except ValueError as error:  # a bad dataset (DatasetError) or a bound the task has not
         print(f"error: {error}", file=sys.stderr)
         return 2
     except EngineFailed as error:
         print(f"error: {error}", file=sys.stderr)
         return 3
-    return finish(args, engine, dataset, answers, bounds, seconds)
+    return finish(args, engine, f"m-{model_id}", dataset, answers, bounds, seconds)
 
 
-def finish(args, engine: str, dataset: Dataset, answers: dict[str, list[dict]], bounds, seconds: float) -> int:
+def finish(
+    args, engine: str, model: str, dataset: Dataset, answers: dict[str, list[dict]], bounds, seconds: float
+) -> int:
     """Score the answers, write the results, print the summary and apply the gate."""
     from chariot_support.evaluate import report as evaluate_report
     from chariot_support.evaluate.metrics import gate, score
@@ -345,6 +394,7 @@ def finish(args, engine: str, dataset: Dataset, answers: dict[str, list[dict]], 
     scores = score(dataset, answers, declared)
     about = {
         "engine": engine,
+        "model": model,
         "task_type": dataset.task.value,
         "dataset": str(dataset.source),
         "images": len(dataset.samples),

@@ -10,6 +10,9 @@ import requests
 from hostile import HERE, wait_until
 
 from chariot_support.dev.testing import chariot_request, image_input, run_demo_engine, run_engine
+from chariot_support.serving.plan import ServingPlan
+from chariot_support.serving.server import settings_message
+from chariot_support.settings import EngineSettings
 
 PIXELS = np.zeros((32, 48, 3), np.uint8)
 WORKERS = 2
@@ -74,3 +77,16 @@ def test_sigterm_says_once_that_it_waits_for_grpc_calls():
         "waiting up to 30 s for gRPC calls in flight"
     ]
     assert engine.process.returncode == 0
+
+
+def test_the_settings_line_counts_in_words_and_names_no_timeout_where_none_applies():
+    engine = EngineSettings.from_env({})
+    plan = ServingPlan(threads=1, copies=1, thread_safe=False, inline=False, batching=None)
+    assert settings_message(1, engine, plan).startswith(
+        "settings: 1 worker process, each with 1 thread and 1 copy; no batching; predict timeout 60 s;"
+    )
+    inline = ServingPlan(threads=4, copies=1, thread_safe=True, inline=True, batching=None)
+    assert settings_message(0, engine, inline).startswith(
+        "settings: one process predicting inline on the event loop with one thread-safe model; no batching;"
+        " no predict timeout (an inline predict cannot be stopped); requests up to 64 MiB"
+    )

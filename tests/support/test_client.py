@@ -109,6 +109,22 @@ def test_each_result_format_has_its_columns(results, heading, row):
     assert lines[1].split() == row
 
 
+def test_an_answer_of_several_lines_keeps_them_in_its_column():
+    results = [{"prompt": "", "answer": "CHARIOT\nENGINE\r\n2"}, {"prompt": "what?", "answer": "one"}]
+    assert client.format_table(results).splitlines() == [
+        "prompt  answer",
+        "        CHARIOT",
+        "        ENGINE",
+        "        2",
+        "what?   one",
+    ]
+
+
+def test_the_usage_line_names_the_command_the_user_ran(run_client):
+    helped = run_client("--help")
+    assert helped.returncode == 0 and helped.stdout.startswith("usage: python -m chariot_support.client [-h]")
+
+
 def test_an_image_without_results_says_so():
     empty = client.Answer(path=Path("a.png"), name="image-0", results=[])
     assert client.describe(empty) == "a.png (image-0): no results"

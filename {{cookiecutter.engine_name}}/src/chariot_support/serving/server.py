@@ -93,6 +93,11 @@ def model_id_from_env(default_model_id: str, engine: EngineSettings) -> str:
     wrong = model_id_rule.problem(model_id)
     if wrong:
         raise ValueError(wrong)
+    if engine.model_alias and not model_id_rule.PATTERN.fullmatch(engine.model_alias):
+        raise ValueError(
+            f"CHARIOT_MODEL_ALIAS {engine.model_alias[:80]!r} is not a name the engine can answer to: use a Kubernetes"
+            " name (lowercase letters, digits and dashes, at most 63), such as the InferenceService's"
+        )
     return model_id
 
 

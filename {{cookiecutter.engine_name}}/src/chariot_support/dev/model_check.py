@@ -105,7 +105,10 @@ class ServedModel:
 
     def check_without_prompts(self) -> None:
         """Image Text to Text: each picture sent without prompts, as Chariot may send it, gets one answer about the
-        picture itself (its prompt the empty string), or a 400 in which the model says it needs a prompt."""
+        picture itself (its prompt the empty string), or a 400 in which the model says it needs a prompt. Other task
+        types take no prompts: nothing to check."""
+        if self.task is not TaskType.IMAGE_TEXT_TO_TEXT:
+            return
         for picture in self.pictures:
             tensor = picture_input("image-0", picture, self.task)
             tensor.pop("parameters", None)

@@ -77,8 +77,8 @@ def test_only_the_chosen_task_is_kept(baked, task):
     shipped = {p.relative_to(support): p.read_bytes() for p in files(support)}
     baked_support = root / "src" / "chariot_support"
     assert {p.relative_to(baked_support): p.read_bytes() for p in files(baked_support)} == shipped
-    main = (root / "src" / package / "__main__.py").read_text()
-    assert f'DEFAULT_MODEL_ID = "{ANSWERS.get(task, {}).get("model_id", "demo")}"' in main
+    init = (root / "src" / package / "__init__.py").read_text()
+    assert f'DEFAULT_MODEL_ID = "{ANSWERS.get(task, {}).get("model_id", "demo")}"' in init
 
 
 @pytest.mark.parametrize("task", TASKS)

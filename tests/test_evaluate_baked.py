@@ -2,6 +2,7 @@
 engine's own package (found beside chariot_support) on a held-back set, and the README's picture is the file
 committed in the template, copied unrendered."""
 
+import json
 import os
 import re
 import shutil
@@ -45,6 +46,29 @@ def test_the_ci_step_evaluates_the_baked_engine_on_a_held_back_set(baked, tmp_pa
     subprocess.run(["git", "init", "-q"], cwd=root, check=True)
     ignored = subprocess.run(["git", "check-ignore", "-q", "--no-index", "evaluation/report.md"], cwd=root)
     assert ignored.returncode == 0, "the evaluation's output would show as untracked files"
+
+
+def evaluate(root: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(root / "src")}  # what the editable install gives
+    env.pop("MODEL_DIR", None)  # the demo reads no files
+    env.pop("CHARIOT_MODEL_ID", None)
+    command = [sys.executable, "-m", "chariot_support.evaluate", *args]
+    return subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_a_broken_dataset_is_named_before_the_engine_starts_and_the_baked_model_id_is_asked(baked, tmp_path):
+    root = Path(shutil.copytree(baked("Image Segmentation"), tmp_path / "engine"))  # baked with model id 0a1b2c-seg
+    broken = root / "broken.jsonl"
+    broken.write_text("{}\n")
+    refused = evaluate(root, str(broken))
+    assert refused.returncode == 2, refused.stderr
+    assert "Image Segmentation is evaluated on a COCO instances JSON file" in refused.stderr
+    assert "starting" not in refused.stderr, "the engine was started for a dataset it could not be evaluated on"
+    coco(root / "evaluation-data", scenes(2, seed=2), masks="polygon")
+    done = evaluate(root, "evaluation-data/instances.json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    metrics = json.loads((root / "evaluation" / "metrics.json").read_text())
+    assert metrics["model"] == "m-0a1b2c-seg"
 
 
 def test_the_readme_shows_a_real_runs_picture(baked):

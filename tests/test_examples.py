@@ -19,6 +19,7 @@ from onnx import TensorProto, helper
 
 from baking import bake
 from chariot_support.dev.testing import answer, as_image
+from chariot_support.errors import BadRequest
 from template_paths import ENGINE_TEMPLATE
 
 SIDE = 32  # the input size the tiny models are exported for
@@ -191,6 +192,8 @@ def test_the_transformers_example_answers_each_prompt(tmp_path):
     assert len(set(expected)) == 2, "each prompt is asked: the two get different answers"
     (blue,) = answer(model, as_image(picture(60, 40, (0, 0, 255)), prompts=prompts[:1]))
     assert blue.answer != expected[0], "the picture is read in its own colours"
+    with pytest.raises(BadRequest, match="send them in 'prompts'"):  # a question-answering model needs a question
+        answer(model, as_image(red))
 
 
 YOLO_SIDE = 64

@@ -1,5 +1,6 @@
 """The files the template README's own commands write land where git ignores them, so trying the README leaves
-the checkout clean."""
+the checkout clean; the podman commands carry the options these hosts need; and what the engine README says of its
+OpenCV holds."""
 
 import re
 import subprocess
@@ -38,3 +39,17 @@ def test_every_podman_run_in_the_readmes_has_the_options_the_image_test_runs_wit
         assert commands, f"{readme} shows no podman run command"
         for command in commands:
             assert f"podman run --rm {options} " in command, f"{readme}: {command.strip()} lacks {options}"
+
+
+def test_the_engine_readmes_opencv_note_holds_for_the_pinned_opencv():
+    """What the engine README says OpenCV 5 lacks, and what it offers instead, for the OpenCV the engine pins."""
+    import os
+
+    import cv2
+
+    readme = (ENGINE_TEMPLATE / "README.md").read_text()
+    assert "`cv2.CascadeClassifier` (Haar and LBP cascades) and `cv2.HOGDescriptor` are gone" in readme
+    assert cv2.__version__.startswith("5.")
+    assert not hasattr(cv2, "CascadeClassifier") and not hasattr(cv2, "HOGDescriptor")
+    assert not [f for f in os.listdir(cv2.data.haarcascades) if f.endswith(".xml")]
+    assert hasattr(cv2, "FaceDetectorYN") and hasattr(cv2, "dnn")

@@ -153,8 +153,10 @@ def test_cruft_update_brings_template_changes_and_keeps_the_users_model(tmp_path
     assert not list(engine.rglob("*.rej")), "the update left conflicts"
     assert not (engine / "_tasks").exists()
     assert json.loads((engine / ".cruft.json").read_text())["commit"] == newer
+    assert json.loads((engine / ".cookiecutter.json").read_text())["_template_commit"] == newer
     changed = run(["git", "status", "--porcelain"], engine, isolated).stdout.split("\n")
     assert sorted(line[3:] for line in changed if line) == [
+        ".cookiecutter.json",
         ".cruft.json",
         "README.md",
         "src/chariot_support/__init__.py",
@@ -189,17 +191,140 @@ def test_an_engine_baked_with_cookiecutter_links_to_cruft_with_the_answers_it_ca
     run([*cli, *(f"{k}={v}" for k, v in answers.items())], tmp_path, isolated)
     engine = tmp_path / "road-sign"
     carried = json.loads((engine / ".cookiecutter.json").read_text())
+    # The template commit it was baked from, read from the template's git checkout by the bake hook.
+    assert carried.pop("_template_commit") == run(["git", "rev-parse", "HEAD"], template, isolated).stdout.strip()
     questions = {k for k in json.loads((TEMPLATE_ROOT / "cookiecutter.json").read_text()) if not k.startswith("_")}
     assert set(carried) == questions, "the engine must carry every answer the template asks for"
     assert {k: carried[k] for k in answers} == answers
     run(["git", "init", "-q"], engine, isolated)
     commit(engine, "engine as baked", isolated)
+    readme = template / ENGINE_TEMPLATE.name / "README.md"
+    readme.write_text(readme.read_text() + "\nA paragraph the newer template adds.\n")
+    commit(template, "the template moves on before the engine is linked", isolated)
 
+    # The README's routine: the engine's answers, and the commit it was baked from.
     extra = (engine / ".cookiecutter.json").read_text()
-    run([*CRUFT, "link", str(template), "--no-input", "--extra-context", extra], engine, isolated)
+    link = ["link", str(template), "--checkout", json.loads(extra)["_template_commit"], "--no-input"]
+    run([*CRUFT, *link, "--extra-context", extra], engine, isolated)
     assert json.loads((engine / ".cruft.json").read_text())["context"]["cookiecutter"]["engine_name"] == "road-sign"
     diff = run([*CRUFT, "diff", "--exit-code"], engine, isolated)
     assert not diff.stdout.strip(), diff.stdout[:3000]
+    commit(engine, "linked", isolated)
+    run([*CRUFT, "update", "--skip-apply-ask"], engine, isolated)
+    assert (engine / "README.md").read_text().endswith("A paragraph the newer template adds.\n")
+
+
+def test_what_an_update_leaves_unresolved_is_named_by_file_and_line_until_it_is_resolved(tmp_path, isolated):
+    """cruft update leaves a clash between the user's change and the template's as conflict markers, and says all is
+    well; the update check (and the engine's own suite, which runs it) names each file and line until it is fixed."""
+    template = template_repository(tmp_path, isolated)
+    engine = cruft_engine(template, {"engine_name": "road-sign", "task_type": "Object Detection"}, tmp_path, isolated)
+    readme = engine / "README.md"
+    ours = readme.read_text().replace("\nA Chariot inference engine", "\nOur engine finds road signs. A Chariot", 1)
+    readme.write_text(ours)
+    commit(engine, "our description", isolated)
+    template_readme = template / ENGINE_TEMPLATE.name / "README.md"
+    text = template_readme.read_text()
+    template_readme.write_text(
+        text.replace("{{ cookiecutter.description }}\n", "{{ cookiecutter.description }} (New.)\n", 1)
+    )
+    commit(template, "the description reworded", isolated)
+
+    updated = run([*CRUFT, "update", "--skip-apply-ask"], engine, isolated)
+    assert "Good work!" in updated.stdout, "cruft says all is well"
+    lines = readme.read_text().splitlines()
+    opening = next(i for i, line in enumerate(lines, start=1) if line.startswith("<" * 7))
+    assert lines[opening].startswith("Our engine finds road signs."), "ours first, then the template's"
+    (engine / "pyproject.toml.rej").write_text("@@ a change git could not place @@\n")  # as `git apply --reject` leaves
+
+    check = [sys.executable, "-m", "chariot_support.dev.update_check"]
+    env = {**isolated, "PYTHONPATH": str(engine / "src")}
+    found = subprocess.run(check, cwd=engine, env=env, capture_output=True, text=True, timeout=60)
+    assert found.returncode == 1, found.stdout + found.stderr
+    assert f"  README.md:{opening}: {'<' * 7} ours" in found.stdout
+    assert f"  README.md:{opening + 2}: {'=' * 7}" in found.stdout
+    assert f"  README.md:{opening + 4}: {'>' * 7} theirs" in found.stdout
+    assert "  pyproject.toml.rej: the template's changes to pyproject.toml that could not be applied" in found.stdout
+    assert "What to do:" in found.stdout
+    suite = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_environment.py"]
+    own = subprocess.run(suite, cwd=engine, env=isolated, capture_output=True, text=True, timeout=300)
+    assert own.returncode == 1 and f"README.md:{opening}: {'<' * 7} ours" in own.stdout, own.stdout[-3000:]
+
+    resolved = lines[: opening - 1] + [lines[opening]] + lines[opening + 5 :]  # ours kept, the markers gone
+    readme.write_text("\n".join(resolved) + "\n")
+    (engine / "pyproject.toml.rej").unlink()
+    clean = subprocess.run(check, cwd=engine, env=env, capture_output=True, text=True, timeout=60)
+    assert clean.returncode == 0 and clean.stdout.startswith("Nothing left from a template update"), clean.stdout
+
+
+# The last template commit before engines carried their answers in .cookiecutter.json.
+BEFORE_ANSWERS = "99a0d2b^"
+
+
+def template_at(revision: str, folder: Path, env: dict[str, str]) -> Path:
+    """The template as it was at `revision` of this repository, as a git repository of one commit."""
+    folder.mkdir()
+    archive = subprocess.run(
+        ["git", "archive", revision], cwd=TEMPLATE_ROOT, capture_output=True, check=True, timeout=60
+    ).stdout
+    subprocess.run(["tar", "-x", "-C", str(folder)], input=archive, check=True, timeout=60)
+    run(["git", "init", "-q"], folder, env)
+    commit(folder, f"template at {revision}", env)
+    return folder
+
+
+def move_on(template: Path, env: dict[str, str]) -> str:
+    """The template repository brought to this checkout's template, as a new commit."""
+    for each in list(template.iterdir()):
+        if each.name != ".git":
+            shutil.rmtree(each) if each.is_dir() else each.unlink()
+    for each in ("cookiecutter.json", "hooks", ENGINE_TEMPLATE.name):
+        source = TEMPLATE_ROOT / each
+        if source.is_dir():
+            shutil.copytree(source, template / each, ignore=LEFT_BEHIND)
+        else:
+            shutil.copy(source, template / each)
+    return commit(template, "this template", env)
+
+
+def test_an_engine_baked_before_it_carried_its_answers_links_with_answers_written_by_hand(tmp_path, isolated):
+    """The README's route for an engine without .cookiecutter.json: its answers written by hand on the command line,
+    linked at the commit it was baked from, then updated to this template (which brings .cookiecutter.json) with
+    nothing left to resolve."""
+    template = template_at(BEFORE_ANSWERS, tmp_path / "template", isolated)
+    baked_from = run(["git", "rev-parse", "HEAD"], template, isolated).stdout.strip()
+    cli = [sys.executable, "-m", "cookiecutter", "--no-input", str(template), "-o", str(tmp_path)]
+    run([*cli, "engine_name=road-sign", "task_type=Image Segmentation"], tmp_path, isolated)
+    engine = tmp_path / "road-sign"
+    assert not (engine / ".cookiecutter.json").exists()
+    run(["git", "init", "-q"], engine, isolated)
+    commit(engine, "engine as baked", isolated)
+
+    missing = subprocess.run(
+        [*CRUFT, "link", str(template), "--no-input", "--extra-context", ""],  # what $(cat .cookiecutter.json) gives
+        cwd=engine,
+        env=isolated,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert missing.returncode != 0 and "JSONDecodeError" in missing.stdout + missing.stderr
+    defaults = json.loads((ENGINE_TEMPLATE.parent / "cookiecutter.json").read_text())
+    answers = {k: v[0] if isinstance(v, list) else v for k, v in defaults.items() if not k.startswith("_")}
+    answers |= {"engine_name": "road-sign", "task_type": "Image Segmentation"}
+    link = ["link", str(template), "--checkout", baked_from, "--no-input", "--extra-context", json.dumps(answers)]
+    run([*CRUFT, *link], engine, isolated)
+    diff = run([*CRUFT, "diff", "--exit-code"], engine, isolated)
+    assert not diff.stdout.strip(), diff.stdout[:3000]
+    commit(engine, "linked", isolated)
+
+    newest = move_on(template, isolated)
+    run([*CRUFT, "update", "--skip-apply-ask"], engine, isolated)
+    check = [sys.executable, "-m", "chariot_support.dev.update_check"]
+    env = {**isolated, "PYTHONPATH": str(engine / "src")}
+    left = subprocess.run(check, cwd=engine, env=env, capture_output=True, text=True, timeout=60)
+    assert left.returncode == 0, left.stdout
+    assert json.loads((engine / ".cookiecutter.json").read_text())["_template_commit"] == newest
 
 
 def test_a_dependency_the_user_added_and_one_the_template_added_merge_in_an_update(tmp_path, isolated):
@@ -235,29 +360,12 @@ FLAT_LAYOUT = "f68957f"
 def test_an_engine_baked_from_the_flat_layout_updates_and_its_own_suite_stays_green(tmp_path, isolated):
     """An engine baked before the support package had sub-packages updates with cruft, keeps the model.py and
     test_task.py its author owns (which import the old module names), and passes its own tests."""
-    template = tmp_path / "template"
-    template.mkdir()
-    archive = subprocess.run(
-        ["git", "archive", FLAT_LAYOUT], cwd=TEMPLATE_ROOT, capture_output=True, check=True, timeout=60
-    ).stdout
-    subprocess.run(["tar", "-x", "-C", str(template)], input=archive, check=True, timeout=60)
-    run(["git", "init", "-q"], template, isolated)
-    commit(template, "flat template", isolated)
+    template = template_at(FLAT_LAYOUT, tmp_path / "template", isolated)
     engine = cruft_engine(template, {"engine_name": "road-sign", "task_type": "Object Detection"}, tmp_path, isolated)
     owned = {name: (engine / name).read_text() for name in ("src/road_sign/model.py", "tests/test_task.py")}
     assert "from chariot_support.demo import" in owned["src/road_sign/model.py"]
 
-    for each in list(template.iterdir()):
-        if each.name != ".git":
-            shutil.rmtree(each) if each.is_dir() else each.unlink()
-    for each in ("cookiecutter.json", "hooks", ENGINE_TEMPLATE.name):
-        source = TEMPLATE_ROOT / each
-        destination = template / each
-        if source.is_dir():
-            shutil.copytree(source, destination, ignore=LEFT_BEHIND)
-        else:
-            shutil.copy(source, destination)
-    commit(template, "sub-packages", isolated)
+    move_on(template, isolated)
     run([*CRUFT, "update", "--skip-apply-ask"], engine, isolated)
 
     assert (engine / "src" / "chariot_support" / "model" / "demo.py").is_file()

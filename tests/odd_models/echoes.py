@@ -17,6 +17,6 @@ class Model(ChariotModel):
 
     def predict(self, images: Sequence[Image], tensors: Mapping[str, np.ndarray]) -> list[list[PromptAnswer]]:
         return [
-            [PromptAnswer(prompt=p, answer=f"a picture {i.width} wide and {i.height} high") for p in i.prompts]
+            [PromptAnswer(prompt=p, answer=f"a picture {i.width} wide and {i.height} high") for p in i.prompts or [""]]
             for i in images
         ]

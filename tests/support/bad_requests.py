@@ -27,7 +27,8 @@ from chariot_support.protocols.chariot_v2_kserve import parse_request
 from chariot_support.protocols.images import decode_image
 from chariot_support.serving.pipeline import request_id_of
 
-# Image Text to Text needs prompts; the other tasks pass them to predict untouched, so every image carries some.
+# Prompts are optional for every task (an Image Text to Text model answers a bare image about itself); the cases
+# about them carry these, and the fuzzers send them.
 PROMPTS = ["what colours are in the picture?"]
 
 
@@ -76,14 +77,8 @@ BOMB = png_declaring(BOMB_SIDE, BOMB_SIDE, real=True)
 
 
 def image(name: str = "image-0", data: Any = None, **overrides: Any) -> dict:
-    """A good image input, with any field replaced (`parameters` merged over the prompts)."""
-    tensor = {
-        "name": name,
-        "shape": [1],
-        "datatype": "BYTES",
-        "data": [b64(PNG) if data is None else data],
-        "parameters": {"prompts": PROMPTS, **overrides.pop("parameters", {})},
-    }
+    """A good image input, a bare image as Chariot sends one, with any field replaced or added."""
+    tensor = {"name": name, "shape": [1], "datatype": "BYTES", "data": [b64(PNG) if data is None else data]}
     tensor.update(overrides)
     return tensor
 

@@ -3,7 +3,7 @@ engine serves inference in: a 4xx `{"error"}` naming the input and the problem, 
 and answers a good request exactly as before.
 
 A request is refused before its task type matters, so the catalogue runs on one task type's engine; the parser runs
-it for every task (test_decoding.py), and Image Text to Text, which needs its prompts, gets the prompt cases over V2
+it for every task (test_decoding.py), and Image Text to Text, which reads its prompts, gets the prompt cases over V2
 and gRPC too. The CORS and gzip configurations run every REST protocol, and must answer as the default does.
 """
 

@@ -109,6 +109,22 @@ def test_each_result_format_has_its_columns(results, heading, row):
     assert lines[1].split() == row
 
 
+def test_an_answer_of_several_lines_keeps_them_in_its_column():
+    results = [{"prompt": "", "answer": "CHARIOT\nENGINE\r\n2"}, {"prompt": "what?", "answer": "one"}]
+    assert client.format_table(results).splitlines() == [
+        "prompt  answer",
+        "        CHARIOT",
+        "        ENGINE",
+        "        2",
+        "what?   one",
+    ]
+
+
+def test_the_usage_line_names_the_command_the_user_ran(run_client):
+    helped = run_client("--help")
+    assert helped.returncode == 0 and helped.stdout.startswith("usage: python -m chariot_support.client [-h]")
+
+
 def test_an_image_without_results_says_so():
     empty = client.Answer(path=Path("a.png"), name="image-0", results=[])
     assert client.describe(empty) == "a.png (image-0): no results"
@@ -178,6 +194,14 @@ def test_labels_and_answers_are_written_below_the_picture_hiding_nothing(scene, 
     assert np.array_equal(before, after[: scene.height]), "the picture itself is left as it was"
     band = after[scene.height :]
     assert (band != band[0, 0]).any(axis=2).sum() > 100, "the text is in the band"
+
+
+def test_an_answer_about_the_picture_itself_is_drawn_without_a_question(scene):
+    before = bgr(scene)
+    asked = drawing.draw(before, [{"prompt": "what is this?", "answer": "a scene"}])
+    itself = drawing.draw(before, [{"prompt": "", "answer": "a scene"}])
+    assert np.array_equal(itself[: scene.height], before)
+    assert asked.shape[0] > itself.shape[0] > before.shape[0], "one line fewer: no empty Q: line"
 
 
 def test_drawings_go_to_the_file_for_one_image_and_a_folder_for_several(tmp_path):

@@ -213,8 +213,8 @@ def test_prompts_as_list_json_string_or_single_string(value, expected):
     assert first(image(prompts=value), task=TaskType.IMAGE_TEXT_TO_TEXT).prompts == expected
 
 
-def test_image_text_to_text_needs_prompts():
-    refused(lambda: first(task=TaskType.IMAGE_TEXT_TO_TEXT), "input 'img'", "needs a 'prompts' parameter")
+def test_prompts_are_optional_for_image_text_to_text():
+    assert first(task=TaskType.IMAGE_TEXT_TO_TEXT).prompts == ()
 
 
 def test_metadata_is_kept_as_the_exact_string():

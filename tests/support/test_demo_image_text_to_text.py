@@ -53,10 +53,11 @@ def test_request_level_prompts_apply_to_every_image(engine, model_name, scene):
     assert outputs[0]["data"][0][0]["answer"] != outputs[1]["data"][0][0]["answer"]
 
 
-def test_prompts_are_required(engine, model_name, scene):
+def test_a_picture_without_prompts_gets_one_answer_about_itself(engine, model_name, scene):
     response = ask(engine, model_name, chariot_request(image_input("image-0", scene.pixels)))
-    assert response.status_code == 400
-    assert "prompts" in response.json()["error"]
+    assert response.status_code == 200, response.text
+    summary = "I found 1 red region, 1 green region and 1 blue region."
+    assert response.json()["outputs"][0]["data"] == [[{"prompt": "", "answer": summary}]]
 
 
 def test_client_prints_the_answers_and_writes_them_below_the_image(client_on_scene, scene):

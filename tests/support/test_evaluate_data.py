@@ -167,7 +167,11 @@ def jsonl(tmp_path: Path, lines: list[str]) -> Path:
 GOOD_LINE = json.dumps({"image": "a.png", "prompt": "red?", "answer": "yes"})
 PROMPT_CASES = {
     "a line that is not JSON": ([GOOD_LINE, "{image: a.png}"], "prompts.jsonl: line 2 is not JSON"),
-    "no prompt": ([json.dumps({"image": "a.png", "answer": "x"})], 'line 1 needs "image" and "prompt" strings'),
+    "no image": ([json.dumps({"prompt": "red?", "answer": "x"})], 'line 1 needs an "image" string, an "answer"'),
+    "a blank prompt": (
+        [json.dumps({"image": "a.png", "prompt": " ", "answer": "x"})],
+        'and a "prompt" string if it asks one',
+    ),
     "a numeric answer": (
         [GOOD_LINE, GOOD_LINE, json.dumps({"image": "a.png", "prompt": "p", "answer": 3})],
         "line 3 has answer 3; give a string, or a list of strings",

@@ -30,7 +30,7 @@ def metric(engine, name: str, labels: str) -> float:
 
 
 def successes(engine) -> float:
-    return metric(engine, "model_infer_request_success_total", 'model="m-demo",version="None"')
+    return metric(engine, "model_infer_request_success_total", 'model="m-demo",version="1"')
 
 
 def http_count(engine, route: str, status: int, what: str = "requests_total") -> float:

@@ -86,8 +86,8 @@ def test_columns_other_than_the_image_apply_to_every_image():
     assert images[1].parameters["tag"] == ["a", "b"]
 
 
-def test_prompts_are_still_required_for_image_text_to_text():
-    bad(lambda: parse_predict({"instances": [{"b64": B64}]}, ITT), "input 'instances[0]'", "needs a 'prompts'")
+def test_prompts_are_optional_for_image_text_to_text():
+    assert [i.prompts for i in parse_predict({"instances": [{"b64": B64}]}, ITT).images] == [()]
 
 
 def test_classify_defaults_to_every_label_and_keeps_context_apart():

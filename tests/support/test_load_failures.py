@@ -47,9 +47,11 @@ def test_a_model_that_cannot_load_stops_the_engine_with_its_own_error(workers):
         assert 'raise RuntimeError(\\"the weights are corrupt\\")' in log, "with its traceback"
 
 
-def test_a_missing_model_file_names_the_folder_and_the_variable(tmp_path):
-    code, log = start_unloadable(UNLOADABLE="missing-file", MODEL_DIR=str(tmp_path / "nowhere"))
+@pytest.mark.parametrize("missing", ["missing-file", "missing-onnx"])  # FileNotFoundError, ONNX Runtime's NoSuchFile
+def test_a_missing_model_file_names_the_folder_and_the_variable(tmp_path, missing):
+    code, log = start_unloadable(UNLOADABLE=missing, MODEL_DIR=str(tmp_path / "nowhere"))
     assert code == 1
+    assert ("NoSuchFile" in log) == (missing == "missing-onnx"), log[-3000:]
     assert f"MODEL_DIR is {tmp_path / 'nowhere'}, which does not exist" in log
     assert f"The model looks for its files in MODEL_DIR ({tmp_path / 'nowhere'}, which does not exist)" in log
     assert "set MODEL_DIR to the folder that holds them" in log

@@ -68,6 +68,12 @@ def test_every_line_on_stdout_is_json_with_time_level_and_message(engine):
         assert line["time"].endswith("+00:00") and line["level"] in ("info", "warning", "error")
 
 
+def test_mlservers_warning_about_the_engines_own_uvicorn_options_is_left_out(engine):
+    log = engine.log()
+    assert "Prometheus scraping endpoint" in log, "MLServer's start-up lines are there"
+    assert "custom configuration is out of support" not in log
+
+
 def test_rest_requests_are_logged_with_id_model_status_and_latency(engine):
     ids = {kind: f"{kind}-{uuid.uuid4().hex[:8]}" for kind in ("served", "refused", "failed", "malformed")}
     good = chariot_request(image_input("image-0", PIXELS))

@@ -33,6 +33,8 @@ def test_every_demo_model_passes_the_checks(engine, model_name, task):
     status, explained = served.explain()
     assert status == 200 and has_explain(DEMO_MODELS[task])
     check_explanations(explained, answers)
+    if task is TaskType.IMAGE_TEXT_TO_TEXT:
+        served.check_without_prompts()
 
 
 @pytest.mark.parametrize(
@@ -52,6 +54,13 @@ def test_results_chariot_cannot_use_are_refused_naming_the_picture(task, results
     with pytest.raises(AssertionError, match=message) as refused:
         check_results(task, results, "beach.jpg")
     assert "beach.jpg" in str(refused.value)
+
+
+def test_a_picture_asked_nothing_gets_one_answer_with_the_empty_prompt():
+    itself = [{"prompt": "", "answer": "a red square"}]
+    assert check_results(TaskType.IMAGE_TEXT_TO_TEXT, itself, "x.png", prompts=()) == itself
+    with pytest.raises(AssertionError, match=r"x.png: asked \[\], answered \[\]"):
+        check_results(TaskType.IMAGE_TEXT_TO_TEXT, [], "x.png", prompts=())
 
 
 def test_empty_results_are_valid():
@@ -116,3 +125,29 @@ def test_the_concurrency_check_fails_a_model_that_falsely_says_it_is_thread_safe
         assert [r["label"] for results in answers for r in results] == ["bright region 1", "bright region 2"]
         same = [same_answers(concurrent, answers) for concurrent in served.infer_concurrently()]
     assert not all(same), "concurrent calls on one instance corrupt this model's answers; the check missed it"
+
+
+def test_the_prompt_check_fails_a_model_that_answers_nothing_when_asked_nothing(tmp_path):
+    """A model written when prompts were required (it answers each of image.prompts, so nothing without them)."""
+    package = tmp_path / "mute_engine"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "model.py").write_text(
+        "from chariot_support import ChariotModel, PromptAnswer, TaskType\n\n\n"
+        "class Model(ChariotModel):\n"
+        "    task_type = TaskType.IMAGE_TEXT_TO_TEXT\n\n"
+        "    def predict(self, images, tensors):\n"
+        "        return [[PromptAnswer(prompt=p, answer='yes') for p in i.prompts] for i in images]\n"
+    )
+    (package / "__main__.py").write_text(
+        "from chariot_support.serving.server import serve\n\nfrom .model import Model\n\n"
+        "serve(Model, default_model_id='mute')\n"
+    )
+    with run_engine("mute_engine", src=tmp_path) as engine:
+        served = ServedModel(engine.url, "m-mute", TaskType.IMAGE_TEXT_TO_TEXT, sample_pictures(SAMPLES))
+        served.infer()  # asked the check's prompts, it answers them
+        with pytest.raises(AssertionError) as refused:
+            served.check_without_prompts()
+    message = str(refused.value)
+    assert message.startswith("scene.png without prompts: the engine answered 500")
+    assert "PromptAnswer(answer=...)" in message and "raise BadRequest if the model needs a prompt" in message

@@ -1,4 +1,5 @@
-"""How the engine learns its Chariot model id: any m-<id> by default, one id when CHARIOT_MODEL_ID pins it."""
+"""How the engine learns its Chariot model id: any m-<id> by default, one id when CHARIOT_MODEL_ID pins it; and one
+more name when CHARIOT_MODEL_ALIAS gives it (KServe's InferenceService name)."""
 
 import json
 import subprocess
@@ -26,6 +27,24 @@ def test_a_pinned_id_answers_alone():
         assert requests.get(f"{engine.url}/v2/models/m-other/ready", timeout=5).status_code == 404
 
 
+def test_an_alias_answers_beside_the_m_names_as_kserve_calls_it():
+    with run_engine("faulty_engine", src=HERE, env={"CHARIOT_MODEL_ALIAS": "road-signs"}) as engine:
+        for name in ("road-signs", "m-any"):
+            answered = requests.post(f"{engine.url}/v2/models/{name}/infer", data=BODY, timeout=30)
+            assert answered.status_code == 200 and answered.json()["model_name"] == name, answered.text
+            assert requests.get(f"{engine.url}/v2/models/{name}/ready", timeout=5).status_code == 200
+        other = requests.post(f"{engine.url}/v2/models/road-signs-2/infer", data=BODY, timeout=30)
+        assert other.status_code == 404 and "any m-<id> name (it was started as m-faulty) and road-signs" in other.text
+
+
+def test_an_alias_that_is_no_kubernetes_name_stops_the_engine():
+    from chariot_support.serving.server import model_id_from_env
+    from chariot_support.settings import EngineSettings
+
+    with pytest.raises(ValueError, match="CHARIOT_MODEL_ALIAS 'Road/Signs' is not a name the engine can answer to"):
+        model_id_from_env("demo", EngineSettings.from_env({"CHARIOT_MODEL_ALIAS": "Road/Signs"}))
+
+
 def test_an_id_that_cannot_stand_in_the_url_stops_the_engine_with_a_reason():
     result = subprocess.run(
         [sys.executable, "-m", "faulty_engine"],
@@ -35,8 +54,9 @@ def test_an_id_that_cannot_stand_in_the_url_stops_the_engine_with_a_reason():
         text=True,
         timeout=60,
     )
-    assert result.returncode != 0
-    assert "model id 'no/slashes' cannot stand in the URL path /v2/models/m-<id>" in result.stderr
+    assert result.returncode == 2  # as for any setting the engine cannot start with: one JSON line says why
+    assert "model id 'no/slashes' cannot stand in the URL path /v2/models/m-<id>" in result.stdout
+    assert "Traceback" not in result.stdout + result.stderr
 
 
 @pytest.mark.parametrize("model_id", ["a" * 63, "0a1b2c-seg", "demo"])

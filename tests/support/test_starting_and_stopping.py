@@ -11,6 +11,9 @@ import requests
 from hostile import HERE, wait_until
 
 from chariot_support.dev.testing import chariot_request, image_input, run_demo_engine, run_engine
+from chariot_support.serving.plan import ServingPlan
+from chariot_support.serving.server import settings_message
+from chariot_support.settings import EngineSettings
 
 PIXELS = np.zeros((32, 48, 3), np.uint8)
 WORKERS = 2
@@ -101,3 +104,16 @@ def test_settings_the_engine_cannot_start_with_are_one_json_line_and_exit_2(env,
     assert "Traceback" not in started.stdout + started.stderr
     (line,) = [json.loads(each) for each in started.stdout.splitlines() if each.strip()]
     assert line["level"] == "critical" and words in line["message"], line
+
+
+def test_the_settings_line_counts_in_words_and_names_no_timeout_where_none_applies():
+    engine = EngineSettings.from_env({})
+    plan = ServingPlan(threads=1, copies=1, thread_safe=False, inline=False, batching=None)
+    assert settings_message(1, engine, plan).startswith(
+        "settings: 1 worker process, each with 1 thread and 1 copy; no batching; predict timeout 60 s;"
+    )
+    inline = ServingPlan(threads=4, copies=1, thread_safe=True, inline=True, batching=None)
+    assert settings_message(0, engine, inline).startswith(
+        "settings: one process predicting inline on the event loop with one thread-safe model; no batching;"
+        " no predict timeout (an inline predict cannot be stopped); requests up to 64 MiB"
+    )

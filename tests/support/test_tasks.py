@@ -307,6 +307,22 @@ def test_answers_must_match_the_prompts_in_order():
         )
 
 
+def test_an_image_without_prompts_gets_one_answer_with_the_empty_prompt():
+    itself = [PromptAnswer(answer="a cat on a mat")]
+    assert to_dicts(itself) == [{"prompt": "", "answer": "a cat on a mat"}]
+    kept = select(TaskType.IMAGE_TEXT_TO_TEXT, itself, action="predict", score_threshold=None, prompts=())
+    assert kept == itself
+    for answered in [[], [PromptAnswer(prompt="what?", answer="a cat")], itself * 2]:
+        invalid(
+            lambda answered=answered: select(
+                TaskType.IMAGE_TEXT_TO_TEXT, answered, action="predict", score_threshold=None, prompts=()
+            ),
+            "sent without prompts",
+            "PromptAnswer(answer=...)",
+            "raise BadRequest if the model needs a prompt",
+        )
+
+
 def test_a_contour_is_a_frozen_copy_of_the_models_array():
     array = np.array([[1, 2], [3, 4]], np.int32)
     (contour,) = Segmentation(label="a", score=0.5, contour=[array]).contour

@@ -42,7 +42,7 @@ def model(model_class: type[ChariotModel], model_dir: Path) -> ChariotModel:
 
 @pytest.fixture(scope="session")
 def model_name(package: str) -> str:
-    return f"m-{importlib.import_module(f'{package}.__main__').DEFAULT_MODEL_ID}"
+    return f"m-{importlib.import_module(package).DEFAULT_MODEL_ID}"
 
 
 @pytest.fixture(scope="session")

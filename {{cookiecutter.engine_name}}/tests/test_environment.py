@@ -1,9 +1,21 @@
 """The environment the engine runs in has one OpenCV, the headless one its image can run: a dependency that brings
-opencv-python would overwrite it here and fail at start in the image (no libGL there)."""
+opencv-python would overwrite it here and fail at start in the image (no libGL there). And the engine's files hold
+nothing a template update (`cruft update`) left unresolved."""
+
+from pathlib import Path
 
 from chariot_support.dev.deps import opencv_conflicts
+from chariot_support.dev.update_check import leftovers, report
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_one_opencv_the_headless_one():
     problems = opencv_conflicts()
     assert not problems, "\n".join(problems)
+
+
+def test_nothing_left_from_a_template_update():
+    # The same as `python -m chariot_support.dev.update_check`: conflict markers and .rej files, by file and line.
+    found = leftovers(ROOT)
+    assert not found, report(found)

@@ -22,8 +22,11 @@ def answers(served) -> list[list[dict]]:
     return served.infer()
 
 
-def test_every_sample_picture_gets_valid_results(answers, pictures):
+def test_every_sample_picture_gets_valid_results(answers, pictures, served):
     assert len(answers) == len(pictures)
+    # Image Text to Text: each picture sent without prompts too, as Chariot may send it (one answer about the picture,
+    # or your model's own 400 saying it needs a prompt).
+    served.check_without_prompts()
 
 
 def test_grpc_gets_valid_results(engine, model_name, model_class, pictures):

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 from transformers import BlipForQuestionAnswering, BlipProcessor
 
-from chariot_support import ChariotModel, Image, PromptAnswer, TaskType
+from chariot_support import BadRequest, ChariotModel, Image, PromptAnswer, TaskType
 
 
 class Model(ChariotModel):
@@ -29,6 +29,8 @@ class Model(ChariotModel):
     def predict(self, images: Sequence[Image], tensors: Mapping[str, np.ndarray]) -> list[list[PromptAnswer]]:
         results = []
         for image in images:
+            if not image.prompts:  # BLIP answers questions: it has nothing to say about an image asked nothing
+                raise BadRequest(f"{image.name}: this model answers questions about the image; send them in 'prompts'")
             answers = []
             for prompt in image.prompts:
                 inputs = self.processor(images=image.pixels, text=prompt, return_tensors="pt").to(self.device)

@@ -48,8 +48,13 @@ class Model(ChariotModel):
         self.finder = ColourFinder.from_dir(model_dir)
 
     def predict(self, images: Sequence[Image], tensors: Mapping[str, np.ndarray]) -> list[list[PromptAnswer]]:
-        # Required: one list of results per image, in order: one answer per prompt, as the prompts came.
+        # Required: one list of results per image, in order: one answer per prompt (a question or instruction about
+        # the image), as the prompts came. An image sent without prompts gets one answer about itself (a caption, the
+        # text it reads) with the empty prompt: PromptAnswer(answer=...). The demo summarises what it found.
         return [
-            [PromptAnswer(prompt=prompt, answer=self.finder.describe(image.pixels, prompt)) for prompt in image.prompts]
+            [
+                PromptAnswer(prompt=prompt, answer=self.finder.describe(image.pixels, prompt))
+                for prompt in image.prompts or [""]
+            ]
             for image in images
         ]

@@ -43,6 +43,8 @@ class EngineSettings:
     model_dir: Path = _setting("MODEL_DIR", Path("/mnt/models"))
     model_id: str = _setting("CHARIOT_MODEL_ID", "")  # empty: any m-<id> name reaches the model
     model_version: str = _setting("CHARIOT_MODEL_VERSION", "1")
+    # One more name the model answers to, besides m-<id>: KServe's manifest sets the InferenceService's name here.
+    model_alias: str = _setting("CHARIOT_MODEL_ALIAS", "")
     model_copies: str = _setting("CHARIOT_MODEL_COPIES", "")  # empty: the model's own `copies`; or a number, `threads`
     threads: int = _setting("CHARIOT_THREADS", 0, minimum=0)  # 0: one per CPU
     # Decode and predict on the event loop, one request at a time, with no hop to a worker thread: for models that

@@ -2,10 +2,8 @@
 
 from chariot_support.serving.server import serve
 
+from . import DEFAULT_MODEL_ID
 from .model import Model
-
-# The id the engine answers to when run locally; Chariot's own id reaches it at deploy time (see README).
-DEFAULT_MODEL_ID = "{{ cookiecutter.model_id }}"
 
 
 def main() -> None:

@@ -6,8 +6,7 @@ from collections.abc import Sequence
 
 from chariot_support.client import cli as client
 
-# The id the engine answers to when run locally, as in __main__.py; --model-id picks another.
-DEFAULT_MODEL_ID = "{{ cookiecutter.model_id }}"
+from . import DEFAULT_MODEL_ID  # --model-id picks another
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -85,7 +85,8 @@ def _cell(value: Any, spec: str) -> str:
 
 
 def format_table(results: Sequence[dict]) -> str:
-    """The results as an aligned text table with a heading row; numbers right-aligned. Empty for no results."""
+    """The results as an aligned text table with a heading row; numbers right-aligned. A text of several lines (an
+    answer that reads a page) keeps its lines, each below the last in its own column. Empty for no results."""
     if not results:
         return ""
     keys = set().union(*(r.keys() for r in results))
@@ -93,7 +94,13 @@ def format_table(results: Sequence[dict]) -> str:
     if columns is None:  # a format this client does not know: show every key as it came
         ordered = list(dict.fromkeys(k for r in results for k in r))
         columns = tuple((k, k, "s") for k in ordered)
-    rows = [[_cell(_row_values(r).get(key), spec) for _, key, spec in columns] for r in results]
+    rows = []
+    for result in results:
+        cells = [
+            _cell(_row_values(result).get(key), spec).expandtabs(4).splitlines() or [""] for _, key, spec in columns
+        ]
+        height = max(map(len, cells))
+        rows += [[cell[i] if i < len(cell) else "" for cell in cells] for i in range(height)]
     headings = [heading for heading, _, _ in columns]
     numeric = [spec not in ("s",) for _, _, spec in columns]
     widths = [max(len(cell) for cell in column) for column in zip(headings, *rows, strict=True)]
@@ -160,8 +167,18 @@ def add_header_option(p: argparse.ArgumentParser) -> None:
     )
 
 
+def command_name() -> str:
+    """What the user ran, for the usage line: `python -m <package>.client` (the module run as __main__), or the
+    installed script's name (`<engine>-client`)."""
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    if spec is not None and spec.name:
+        return f"python -m {spec.name.removesuffix('.__main__')}"
+    return Path(sys.argv[0]).name
+
+
 def parser(default_model_id: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
+        prog=command_name(),
         description="Send images to a Chariot engine (chariot-v2-kserve) and show what it found.",
         epilog="Exit status: 0 when every image got an answer, 1 when a request failed, 2 for a usage mistake.",
     )
@@ -178,7 +195,8 @@ def parser(default_model_id: str) -> argparse.ArgumentParser:
         action="append",
         default=[],
         dest="prompts",
-        help="a prompt for Image Text to Text; repeat for several",
+        help="a prompt for Image Text to Text, a question or instruction about the image; repeat for several"
+        " (without one, the model answers about the image itself)",
     )
     p.add_argument("--score-threshold", type=float, help="drop results scoring under this (0..1)")
     p.add_argument("--metadata", help="Chariot metadata as a JSON object, copied through to the reply")

@@ -127,7 +127,8 @@ def draw(image: np.ndarray, results: Sequence[dict]) -> np.ndarray:
             top = points[np.argmin(points[:, 1])]
             _caption(canvas, caption, (int(top[0]), int(top[1])), colour, scale)
         elif "answer" in result:
-            for text in wrap(f"Q: {result.get('prompt', '')}", scale, width - 12):
+            prompt = result.get("prompt") or ""  # none: the answer is about the picture itself
+            for text in wrap(f"Q: {prompt}", scale, width - 12) if prompt else []:
                 text_lines.append((text, (200, 200, 200)))
             for text in wrap(f"A: {result['answer']}", scale, width - 12):
                 text_lines.append((text, (255, 255, 255)))

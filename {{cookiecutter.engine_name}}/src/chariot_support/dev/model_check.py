@@ -54,8 +54,9 @@ def post_json(url: str, body: dict, timeout: float = 120.0) -> tuple[int, Any]:
         return error.code, json.loads(error.read() or b"null")
 
 
-def check_results(task: TaskType, results: Any, where: str) -> list[dict]:
-    """The result list the engine answered for one picture, held to the task's Chariot result format."""
+def check_results(task: TaskType, results: Any, where: str, prompts: Sequence[str] = PROMPTS) -> list[dict]:
+    """The result list the engine answered for one picture, held to the task's Chariot result format (for Image Text
+    to Text, one answer to each of `prompts` in order, or one with the empty prompt when there were none)."""
     if not isinstance(results, list):
         raise AssertionError(f"{where}: the engine answered {type(results).__name__}, not a list of results")
     try:
@@ -64,8 +65,8 @@ def check_results(task: TaskType, results: Any, where: str) -> list[dict]:
         raise AssertionError(f"{where}: not a valid {task.value} result: {error}") from None
     if task is TaskType.IMAGE_TEXT_TO_TEXT:
         answered = [r.prompt for r in checked]  # type: ignore[attr-defined]
-        if answered != list(PROMPTS):
-            raise AssertionError(f"{where}: asked {list(PROMPTS)}, answered {answered}")
+        if answered != (list(prompts) or [""]):
+            raise AssertionError(f"{where}: asked {list(prompts)}, answered {answered}")
     return results
 
 
@@ -101,6 +102,23 @@ class ServedModel:
         """The answers to `copies` requests for every picture, sent at once."""
         with ThreadPoolExecutor(copies) as pool:
             return list(pool.map(lambda _: self.infer(), range(copies)))
+
+    def check_without_prompts(self) -> None:
+        """Image Text to Text: each picture sent without prompts, as Chariot may send it, gets one answer about the
+        picture itself (its prompt the empty string), or a 400 in which the model says it needs a prompt. Other task
+        types take no prompts: nothing to check."""
+        if self.task is not TaskType.IMAGE_TEXT_TO_TEXT:
+            return
+        for picture in self.pictures:
+            tensor = picture_input("image-0", picture, self.task)
+            tensor.pop("parameters", None)
+            status, answer = post_json(f"{self.url}/v2/models/{self.model_name}/infer", {"inputs": [tensor]})
+            where = f"{picture.name} without prompts"
+            if status == 400 and isinstance(answer, dict) and answer.get("error"):
+                continue  # the model refused it (BadRequest), saying why
+            if status != 200:
+                raise AssertionError(f"{where}: the engine answered {status}: {answer}")
+            check_results(self.task, answer["outputs"][0]["data"][0], where, prompts=())
 
     def explain(self) -> tuple[int, Any]:
         """The V1 :explain answer for every picture."""

@@ -3,13 +3,15 @@
 Every image goes to the engine as Chariot sends it (a chariot-v2-kserve request with Chariot's `action` and a low
 `score_threshold`), to a running engine (`--url`) or to one started here from this engine with the user's
 MODEL_DIR. The answers are scored with valor-lite (`pip install -e '.[eval]'`); the results go to `--out`, and
-`--min METRIC=VALUE` fails the run when a metric falls short. Exit status: 0 done, 1 a metric fell short,
-2 a usage mistake or a bad dataset, 3 the engine could not be reached or answered wrongly.
+`--min METRIC=VALUE` fails the run when a metric falls short (`--max` when an error rate, CER or WER, rises above).
+Exit status: 0 done, 1 a bound was not met, 2 a usage mistake or a bad dataset, 3 the engine could not be reached or
+answered wrongly.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import shlex
@@ -25,12 +27,13 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from chariot_support.client import cli as client
-from chariot_support.evaluate.data import Dataset, DatasetError, Sample, load
-from chariot_support.evaluate.metrics import Bound
+from chariot_support.evaluate.data import Dataset, Sample, load
+from chariot_support.evaluate.metrics import LOWER_IS_BETTER, TEXT_METRICS, Bound
 from chariot_support.model.tasks import TaskType
 from chariot_support.settings import EngineSettings
 
 DEFAULT_OUT = Path("evaluation")
+SRC = Path(__file__).resolve().parents[2]  # the engine's src/ folder, where its own package sits beside this one
 # Low enough that the precision-recall curves run to the end: Chariot's default threshold would cut them at 0.5.
 DEFAULT_SCORE_THRESHOLD = 0.001
 # What Chariot asks each task for; classification asks for every label's score, which ROC AUC needs.
@@ -70,7 +73,7 @@ def parser() -> argparse.ArgumentParser:
         metavar="DATASET",
         help="COCO instances .json (Object Detection, Image Segmentation); a folder per class or a file,label .csv"
         " (Image Classification); a DOTA folder of images/ and labelTxt/ (Oriented Object Detection); a .jsonl of"
-        ' {"image", "prompt", "answer"} (Image Text to Text)',
+        ' {"image", "prompt", "answer"}, the prompt optional (Image Text to Text)',
     )
     p.add_argument("--url", help="a running engine's base URL; by default this engine is started on a free port")
     p.add_argument(
@@ -79,7 +82,11 @@ def parser() -> argparse.ArgumentParser:
         help="what to start with `python -m` (default: this engine's package)",
     )
     p.add_argument("--model-dir", type=Path, help="MODEL_DIR for the engine started here (default: $MODEL_DIR)")
-    p.add_argument("--model-id", help="the id in /v2/models/m-<id>/infer/ (default: $CHARIOT_MODEL_ID, else demo)")
+    p.add_argument(
+        "--model-id",
+        help="the id in /v2/models/m-<id>/infer/ (default: $CHARIOT_MODEL_ID, else the engine's DEFAULT_MODEL_ID, the"
+        " id it was baked with)",
+    )
     p.add_argument("--task", choices=[t.value for t in TaskType], help="the task type, if the engine does not say")
     p.add_argument("--images", type=Path, help="where a COCO file's images are (default: the file's folder)")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"the results' folder (default {DEFAULT_OUT}/)")
@@ -88,8 +95,15 @@ def parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="METRIC[@IOU][:LABEL]=VALUE",
-        help="fail unless a valor-lite metric reaches VALUE: mAP=0.5, mAP@0.75=0.4, AP:person=0.6, Accuracy=0.9, ..."
-        " (repeatable; at IoU 0.5 unless @IOU says otherwise)",
+        help="fail unless a metric reaches VALUE: mAP=0.5, mAP@0.75=0.4, AP:person=0.6, Accuracy=0.9, ExactMatch=0.8,"
+        " ... (repeatable; at IoU 0.5 unless @IOU says otherwise)",
+    )
+    p.add_argument(
+        "--max",
+        action="append",
+        default=[],
+        metavar="METRIC=VALUE",
+        help="fail if an error rate, where lower is better, rises above VALUE: CER=0.05, WER=0.2 (repeatable)",
     )
     p.add_argument(
         "--score-threshold",
@@ -104,8 +118,9 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def parse_bounds(raw: Sequence[str]) -> list[Bound]:
-    """`METRIC[@IOU][:LABEL]=VALUE` strings as Bounds."""
+def parse_bounds(raw: Sequence[str], upper: bool = False) -> list[Bound]:
+    """`METRIC[@IOU][:LABEL]=VALUE` strings as Bounds: `--min`s, or with `upper` `--max`es."""
+    option = "--max" if upper else "--min"
     bounds = []
     for item in raw:
         name, sep, value = item.partition("=")
@@ -117,16 +132,39 @@ def parse_bounds(raw: Sequence[str]) -> list[Bound]:
             least = threshold = float("nan")
         if not sep or not kind.strip() or least != least or threshold != threshold:
             raise ValueError(
-                f"--min {item!r} must look like METRIC=VALUE, METRIC@IOU=VALUE or METRIC:LABEL=VALUE, e.g. mAP=0.5"
+                f"{option} {item!r} must look like METRIC=VALUE, METRIC@IOU=VALUE or METRIC:LABEL=VALUE, e.g. mAP=0.5"
             )
-        bounds.append(Bound(kind.strip(), threshold, label.strip() or None, least))
+        bounds.append(Bound(kind.strip(), threshold, label.strip() or None, least, upper))
     return bounds
 
 
+def bound_problem(bounds: Sequence[Bound], task: TaskType) -> str | None:
+    """Why `bounds` cannot apply to an evaluation of `task`, in one sentence, or None: a metric it has not, or an
+    error rate under --min (or another metric under --max), which would pass what should fail."""
+    names = metric_names(task)
+    unknown = [b for b in bounds if b.metric not in names]
+    if unknown:
+        named = ", ".join(sorted({f"{b.option} {b.metric}" for b in unknown}))
+        return f"{named}: {task.value} has {', '.join(sorted(names))}"
+    for bound in bounds:
+        rate = bound.metric in LOWER_IS_BETTER
+        if bound.upper and not rate:
+            return (
+                f"--max {bound.metric}: higher is better for {bound.metric}; bound it with --min {bound.metric}=VALUE"
+            )
+        if rate and not bound.upper:
+            return (
+                f"--min {bound.metric}: {bound.metric} is an error rate, lower is better; bound it with"
+                f" --max {bound.metric}=VALUE"
+            )
+    return None
+
+
 def metric_names(task: TaskType) -> set[str]:
-    """The valor-lite metric types an evaluation of `task` can gate on."""
+    """The metric types an evaluation of `task` can gate on: valor-lite's, and for text those computed here."""
     if task is TaskType.IMAGE_TEXT_TO_TEXT:
-        return {"BLEU"}  # the text metric valor-lite computes offline; the others need an LLM service
+        # valor-lite's other text metrics need Hugging Face's Hub (ROUGE) or an LLM service; BLEU runs offline.
+        return set(TEXT_METRICS)
     if task is TaskType.IMAGE_CLASSIFICATION:
         from valor_lite.classification import MetricType
     else:
@@ -138,6 +176,40 @@ def metric_names(task: TaskType) -> set[str]:
 # --- the engine --------------------------------------------------------------------------------------------------
 
 
+def engine_command(args: argparse.Namespace) -> tuple[str, list[str]] | None:
+    """What `python -m` starts for an engine started here: `--engine`, else this engine's own package (None when it
+    cannot be told: installed without its folder)."""
+    from chariot_support.dev.testing import engine_package
+
+    if args.engine:
+        module, *engine_args = shlex.split(args.engine)
+        return module, engine_args
+    try:
+        return engine_package(SRC), []
+    except (LookupError, OSError):
+        return None
+
+
+def default_model_id(module: str | None) -> str | None:
+    """The model id an engine package answers to when run locally (its DEFAULT_MODEL_ID, the id it was baked with),
+    or None when it has none or cannot be imported here (the engine, started, then says why)."""
+    try:
+        found = getattr(importlib.import_module(module.split(".")[0]), "DEFAULT_MODEL_ID", None) if module else None
+    except Exception:  # whatever the import raises, the engine raises too when it starts, and says so
+        return None
+    return found if isinstance(found, str) else None
+
+
+def model_task(module: str | None) -> TaskType | None:
+    """The task type of an engine package's model (`<package>.model.Model.task_type`), read without starting the
+    engine, or None when it cannot be told here (no model.py, as for chariot_support's demos, or an import error)."""
+    try:
+        task = importlib.import_module(f"{module.split('.')[0]}.model").Model.task_type if module else None
+    except Exception:  # as above: the engine, started, says why
+        return None
+    return task if isinstance(task, TaskType) else None
+
+
 @contextmanager
 def engine_url(args: argparse.Namespace) -> Iterator[tuple[str, str]]:
     """The base URL of the engine to evaluate and what to call it: `--url`, or this engine started on free loopback
@@ -145,15 +217,12 @@ def engine_url(args: argparse.Namespace) -> Iterator[tuple[str, str]]:
     if args.url:
         yield args.url.rstrip("/"), args.url
         return
-    from chariot_support.dev.testing import EngineDidNotStart, engine_package, run_engine
+    from chariot_support.dev.testing import EngineDidNotStart, run_engine
 
-    if args.engine:
-        module, *engine_args = shlex.split(args.engine)
-    else:
-        try:
-            module, engine_args = engine_package(Path(__file__).resolve().parents[2]), []
-        except LookupError:
-            raise EngineFailed("cannot tell which engine to start from here: pass --engine PACKAGE, or --url") from None
+    command = engine_command(args)
+    if command is None:
+        raise EngineFailed("cannot tell which engine to start from here: pass --engine PACKAGE, or --url")
+    module, engine_args = command
     env = {"MODEL_DIR": str(args.model_dir)} if args.model_dir else {}
     print(f"starting {module} {' '.join(engine_args)}".rstrip(), file=sys.stderr)
     try:
@@ -187,7 +256,7 @@ def ask(url: str, sample: Sample, task: TaskType, args: argparse.Namespace, head
     body = client.build_request(
         [(name, sample.path.read_bytes())],
         action=ACTIONS[task],
-        prompts=[sample.prompt] if sample.prompt is not None else (),
+        prompts=[sample.prompt] if sample.prompt else (),
         score_threshold=args.score_threshold if task in THRESHOLDED else None,
     )
     try:
@@ -263,7 +332,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         missing = missing_extra()
         if missing:
             raise ValueError(missing)
-        bounds = parse_bounds(args.min)
+        bounds = parse_bounds(args.min) + parse_bounds(args.max, upper=True)
         headers = client.parse_headers(args.header)
         if args.workers < 1 or args.worst < 0:
             raise ValueError("--workers must be at least 1 and --worst at least 0")
@@ -276,29 +345,40 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    model_id = args.model_id or engine_settings.model_id.lower() or "demo"
+    # The engine started here, or with --url this engine's package, which most likely is what runs there.
+    command = engine_command(args)
+    module = command[0] if command else None
+    model_id = args.model_id or engine_settings.model_id.lower() or default_model_id(module) or "demo"
+
+    def dataset_for(task: TaskType) -> Dataset:
+        problem = bound_problem(bounds, task)
+        if problem:
+            raise ValueError(problem)
+        return load(task, args.dataset, args.images)
+
     try:
+        # Read the dataset before the engine starts when its task is known here, so a broken one is named at once.
+        known = TaskType(args.task) if args.task else None if args.url else model_task(module)
+        dataset = dataset_for(known) if known else None
         with engine_url(args) as (url, engine):
             task = TaskType(args.task) if args.task else task_of(url, model_id, headers)
-            unknown = sorted({b.metric for b in bounds} - metric_names(task))
-            if unknown:
-                names = ", ".join(sorted(metric_names(task)))
-                print(f"error: --min {', '.join(unknown)}: {task.value} has {names}", file=sys.stderr)
-                return 2
-            dataset = load(task, args.dataset, args.images)
+            if dataset is None or dataset.task is not task:
+                dataset = dataset_for(task)
             started = time.monotonic()
             answers = ask_all(client.infer_url(url, model_id), dataset, args, headers)
             seconds = time.monotonic() - started
-    except DatasetError as error:
+    except ValueError as error:  # a bad dataset (DatasetError) or a bound the task has not
         print(f"error: {error}", file=sys.stderr)
         return 2
     except EngineFailed as error:
         print(f"error: {error}", file=sys.stderr)
         return 3
-    return finish(args, engine, dataset, answers, bounds, seconds)
+    return finish(args, engine, f"m-{model_id}", dataset, answers, bounds, seconds)
 
 
-def finish(args, engine: str, dataset: Dataset, answers: dict[str, list[dict]], bounds, seconds: float) -> int:
+def finish(
+    args, engine: str, model: str, dataset: Dataset, answers: dict[str, list[dict]], bounds, seconds: float
+) -> int:
     """Score the answers, write the results, print the summary and apply the gate."""
     from chariot_support.evaluate import report as evaluate_report
     from chariot_support.evaluate.metrics import gate, score
@@ -314,6 +394,7 @@ def finish(args, engine: str, dataset: Dataset, answers: dict[str, list[dict]], 
     scores = score(dataset, answers, declared)
     about = {
         "engine": engine,
+        "model": model,
         "task_type": dataset.task.value,
         "dataset": str(dataset.source),
         "images": len(dataset.samples),
@@ -336,6 +417,8 @@ def finish(args, engine: str, dataset: Dataset, answers: dict[str, list[dict]], 
             shutil.rmtree(staged)
     print(f"{dataset.task.value}: {len(dataset.samples)} images from {dataset.source} in {seconds:.2f} s")
     print("\n".join(evaluate_report.summary_lines(scores)))
+    for note in scores.notes:
+        print(f"\n{note}")
     if scores.dataset_only:
         print(f"\nonly in the dataset: {', '.join(scores.dataset_only)}")
     if scores.engine_only:

@@ -105,7 +105,8 @@ def load(task: TaskType, source: Path, images: Path | None = None) -> Dataset:
         return _dota(source)
     if source.suffix.lower() not in (".jsonl", ".json") or not source.is_file():
         raise DatasetError(
-            f'{task.value} is evaluated on a JSON lines file of {{"image", "prompt", "answer"}}; {source} is not one'
+            f'{task.value} is evaluated on a JSON lines file of {{"image", "prompt", "answer"}} (the prompt optional);'
+            f" {source} is not one"
         )
     return _prompts(source)
 
@@ -221,8 +222,10 @@ def _prompts(source: Path) -> Dataset:
             entry = json.loads(line)
         except ValueError as error:
             raise DatasetError(f"{where} is not JSON: {error}") from None
-        if not isinstance(entry, dict) or not is_text(entry.get("image")) or not is_text(entry.get("prompt")):
-            raise DatasetError(f'{where} needs "image" and "prompt" strings and an "answer"')
+        # Without a prompt (or with ""), the image is sent bare, and the engine answers about the image itself.
+        prompt = entry.get("prompt", "") if isinstance(entry, dict) else None
+        if not isinstance(entry, dict) or not is_text(entry.get("image")) or not (prompt == "" or is_text(prompt)):
+            raise DatasetError(f'{where} needs an "image" string, an "answer", and a "prompt" string if it asks one')
         answers = entry.get("answer")
         answers = [answers] if isinstance(answers, str) else answers
         if not (isinstance(answers, list) and answers and all(is_text(a) for a in answers)):
@@ -230,7 +233,7 @@ def _prompts(source: Path) -> Dataset:
         path = source.parent / entry["image"]
         width, height = image_size(path, where)
         uid = f"{entry['image']} #{number}"
-        samples.append(Sample(uid, path, width, height, tuple(answers), prompt=entry["prompt"]))
+        samples.append(Sample(uid, path, width, height, tuple(answers), prompt=prompt))
     if not samples:
         raise DatasetError(f"{source} has no lines; write one JSON object per image and prompt")
     return Dataset(TaskType.IMAGE_TEXT_TO_TEXT, source, samples, [])

@@ -27,12 +27,18 @@ CLASSIFICATION_SCORE = 0.0
 
 @dataclass(frozen=True)
 class Bound:
-    """A `--min`: the metric type, the IoU it is taken at (None: IOU), the label (None: every label), the least value."""
+    """A `--min` (or, with `upper`, a `--max`): the metric type, the IoU it is taken at (None: IOU), the label (None:
+    every label), and the least (greatest) value it may have."""
 
     metric: str
     iou: float | None
     label: str | None
-    least: float
+    value: float
+    upper: bool = False
+
+    @property
+    def option(self) -> str:
+        return "--max" if self.upper else "--min"
 
 
 @dataclass
@@ -45,6 +51,8 @@ class Scores:
     worst: list[tuple[str, float, str]]  # (sample uid, how wrong, why), worst first
     engine_only: Counter = field(default_factory=Counter)  # labels only the engine answered with -> answers
     dataset_only: list[str] = field(default_factory=list)  # labels the dataset has that the engine never gave
+    answers: list[dict] = field(default_factory=list)  # each text answer with its references and scores
+    notes: list[str] = field(default_factory=list)  # how to read the numbers
 
 
 def score(dataset: Dataset, answers: dict[str, list[dict]], engine_labels: Sequence[str] = ()) -> Scores:
@@ -242,25 +250,150 @@ def _classification(dataset: Dataset, answers: dict[str, list[dict]]) -> Scores:
 
 # --- prompts and answers ---------------------------------------------------------------------------------------
 
+# Each answer and its references are compared after this normalisation, and nothing more: whitespace around the
+# text stripped and every run of whitespace inside it made one space. Case, punctuation and accents count, as they
+# do in OCR ("Chariot" for "CHARIOT" is 6 characters wrong).
+NORMALISATION = "whitespace stripped at the ends and collapsed to one space; case and punctuation kept"
+# Error rates: lower is better, so a bound on them is a --max.
+LOWER_IS_BETTER = frozenset({"CER", "WER"})
+TEXT_METRICS = ("ExactMatch", "CER", "WER", "BLEU")
+MAX_NGRAM = 4  # BLEU-4, the usual BLEU, for references of four words or more
 
-def _text(dataset: Dataset, answers: dict[str, list[dict]]) -> Scores:
+
+def normalise(text: str) -> str:
+    return " ".join(text.split())
+
+
+def edit_distance(a: Sequence, b: Sequence) -> int:
+    """Levenshtein distance: the fewest insertions, deletions and substitutions that turn `a` into `b`."""
+    previous = list(range(len(b) + 1))
+    for i, x in enumerate(a, start=1):
+        current = [i]
+        for j, y in enumerate(b, start=1):
+            current.append(min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (x != y)))
+        previous = current
+    return previous[-1]
+
+
+def bleu_weights(references: Sequence[str]) -> list[float]:
+    """Uniform weights over n-grams up to n = the words of the shortest reference, at most 4: BLEU multiplies the
+    precisions of every order up to n, so an answer of fewer words than n has none of the longest and scores 0,
+    right or wrong ("CHARIOT" against "CHARIOT" is 0 under BLEU-4 and 1 under BLEU-1)."""
+    n = max(1, min(MAX_NGRAM, *(len(r.split()) for r in references)))
+    return [1.0 / n] * n
+
+
+@dataclass(frozen=True)
+class TextScore:
+    """One answer against its references: exact or not, character and word edits to the nearest reference with
+    that reference's length, and BLEU as valor-lite computes it (a Metric, with its weights)."""
+
+    exact: bool
+    char_edits: int
+    chars: int
+    word_edits: int
+    words: int
+    bleu: Any
+
+    @property
+    def cer(self) -> float:
+        return self.char_edits / self.chars
+
+    @property
+    def wer(self) -> float:
+        return self.word_edits / self.words
+
+
+def _nearest(said: Sequence, references: Sequence[Sequence]) -> tuple[int, int]:
+    """Edits to the reference nearest `said` (fewest edits per reference item), and that reference's length."""
+    return min(((edit_distance(said, r), len(r)) for r in references), key=lambda e: (e[0] / e[1], e[1]))
+
+
+def text_score(answer: str, references: Sequence[str], prompt: str = "") -> TextScore:
+    """`answer` scored against `references` (non-empty strings): see NORMALISATION and bleu_weights."""
     from valor_lite.text_generation import Context, Evaluator, QueryResponse
 
-    metrics, worst = [], []
+    said, truths = normalise(answer), [normalise(r) for r in references]
+    char_edits, chars = _nearest(said, truths)
+    word_edits, words = _nearest(said.split(), [t.split() for t in truths])
+    response = QueryResponse(query=prompt, response=said, context=Context(groundtruth=truths))
+    with warnings.catch_warnings():
+        # nltk warns of every answer sharing no n-gram of some order with its references, which makes its BLEU 0;
+        # the report says so once, for all such answers, instead.
+        warnings.simplefilter("ignore", UserWarning)
+        bleu = Evaluator.compute_sentence_bleu(response, weights=bleu_weights(truths))
+    return TextScore(said in truths, char_edits, chars, word_edits, words, bleu)
+
+
+def _text(dataset: Dataset, answers: dict[str, list[dict]]) -> Scores:
+    from valor_lite.text_generation import Metric
+
+    scored, rows, worst = [], [], []
     for sample in dataset.samples:
-        results = answers[sample.uid]
-        said = next((r["answer"] for r in results if r.get("prompt") == sample.prompt), "")
-        response = QueryResponse(
-            query=sample.prompt or "", response=said, context=Context(groundtruth=list(sample.truth))
+        asked = sample.prompt or ""
+        said = next((r["answer"] for r in answers[sample.uid] if r.get("prompt") == asked), "")
+        got = text_score(said, sample.truth, asked)
+        got.bleu.parameters["datum_uid"] = sample.uid
+        scored.append(got)
+        bleu = float(got.bleu.value)
+        rows.append(
+            {
+                "datum_uid": sample.uid,
+                "prompt": asked,
+                "answer": said,
+                "references": list(sample.truth),
+                "ExactMatch": got.exact,
+                "CER": got.cer,
+                "WER": got.wer,
+                "BLEU": bleu,
+                "BLEU_weights": got.bleu.parameters["weights"],
+            }
         )
-        with warnings.catch_warnings():  # nltk warns of every answer sharing no 4-word run with the reference
-            warnings.simplefilter("ignore", UserWarning)
-            bleu = Evaluator.compute_sentence_bleu(response)
-        metrics.append(bleu)
-        worst.append((sample.uid, 1.0 - float(bleu.value), f"BLEU {bleu.value:.2f}: answered {said!r}"))
+        if not got.exact:
+            why = f"CER {got.cer:.2f}, WER {got.wer:.2f}, BLEU {bleu:.2f}: answered {said!r}, not {sample.truth[0]!r}"
+            worst.append((sample.uid, got.cer, why))
+    exact, char_edits, chars = (
+        sum(t.exact for t in scored),
+        sum(t.char_edits for t in scored),
+        sum(t.chars for t in scored),
+    )
+    word_edits, words = sum(t.word_edits for t in scored), sum(t.words for t in scored)
+    totals = [
+        Metric(type="ExactMatch", value=exact / len(scored), parameters={"exact": exact, "answers": len(scored)}),
+        Metric(type="CER", value=char_edits / chars, parameters={"edits": char_edits, "reference_characters": chars}),
+        Metric(type="WER", value=word_edits / words, parameters={"edits": word_edits, "reference_words": words}),
+    ]
+    for metric in totals:
+        metric.parameters["normalisation"] = NORMALISATION
+    summary = {m.type: float(m.value) for m in totals}
+    summary["BLEU"] = statistics.fmean(r["BLEU"] for r in rows)
     worst.sort(key=lambda w: -w[1])
-    summary = {"BLEU": statistics.fmean(float(m.value) for m in metrics)}
-    return Scores(metrics, summary, {}, [w for w in worst if w[1] > 0])
+    metrics = totals + [t.bleu for t in scored]
+    return Scores(metrics, summary, {}, worst, answers=rows, notes=text_notes(rows))
+
+
+def text_notes(rows: Sequence[dict]) -> list[str]:
+    """How to read the text metrics, for the report and the terminal."""
+    orders = sorted({len(row["BLEU_weights"]) for row in rows})
+    zero = sum(row["BLEU"] == 0.0 and not row["ExactMatch"] for row in rows)
+    notes = [
+        "For short answers (OCR lines, yes/no, counts, a few words) read ExactMatch and CER; BLEU and WER are made for"
+        " sentences such as captions, and one wrong word in a short answer takes most of them.",
+        f"ExactMatch, CER and WER compare each answer with its nearest reference, {NORMALISATION}. CER is the"
+        " characters inserted, deleted or substituted over the reference's characters, WER the same in words, both"
+        " summed over every answer; lower is better (bound them with --max), and an answer longer than its"
+        " reference can take them above 1.",
+        "BLEU counts n-grams up to n = the words of the shortest reference, at most 4, with equal weights (here n = "
+        f"{', '.join(map(str, orders))}), so an exact answer scores 1 however short; it is the mean of the answers'"
+        " BLEU.",
+    ]
+    if zero:
+        one = zero == 1
+        notes.append(
+            f"{zero} answer{'' if one else 's'} share{'s' if one else ''} no n-gram of some order up to n with the"
+            f" references, so BLEU is 0 for {'it' if one else 'them'} (BLEU multiplies the precision of each order)."
+        )
+    return notes
 
 
 # --- the gate ----------------------------------------------------------------------------------------------------
@@ -271,9 +404,9 @@ def metric_types(scores: Scores) -> list[str]:
 
 
 def gate(scores: Scores, bounds: Sequence[Bound]) -> list[str]:
-    """Each bound that falls short, as a sentence naming the metric, its value and the bound. A per-label metric
-    without a label must hold for every label; a metric given once per answer (BLEU) is averaged. The metric is
-    taken at IoU 0.5 unless the bound names another."""
+    """Each bound not met, as a sentence naming the metric, its value and the bound: a `--min` the metric falls
+    below, a `--max` (error rates) it rises above. A per-label metric without a label must hold for every label; a
+    metric given once per answer (BLEU) is averaged. The metric is taken at IoU 0.5 unless the bound names another."""
     failures = []
     for bound in bounds:
         kind, label = bound.metric, bound.label
@@ -282,27 +415,33 @@ def gate(scores: Scores, bounds: Sequence[Bound]) -> list[str]:
         same = [m for m in scores.metrics if str(getattr(m.type, "value", m.type)) == kind]
         if not same:
             raise ValueError(
-                f"--min {kind}: this evaluation has no such metric; it has {', '.join(metric_types(scores))}"
+                f"{bound.option} {kind}: this evaluation has no such metric; it has {', '.join(metric_types(scores))}"
             )
         if bound.iou is not None and "iou_threshold" not in same[0].parameters:
-            raise ValueError(f"--min {name}: {kind} is not taken at one IoU; leave out @{bound.iou:g}")
+            raise ValueError(f"{bound.option} {name}: {kind} is not taken at one IoU; leave out @{bound.iou:g}")
         chosen = [m for m in same if m.parameters.get("iou_threshold", iou) == iou]
         if not chosen:
-            raise ValueError(f"--min {name}: {kind} is computed at IoU {', '.join(map(str, IOUS))}")
+            raise ValueError(f"{bound.option} {name}: {kind} is computed at IoU {', '.join(map(str, IOUS))}")
         if not isinstance(chosen[0].value, (int, float)):
-            raise ValueError(f"--min {kind}: {kind} is not a single number; choose one of the rates or averages")
+            raise ValueError(
+                f"{bound.option} {kind}: {kind} is not a single number; choose one of the rates or averages"
+            )
         labelled = [m for m in chosen if "label" in m.parameters]
         if label is not None:
             chosen = [m for m in labelled if m.parameters["label"] == label]
             if not chosen:
                 known = sorted({m.parameters["label"] for m in labelled})
-                raise ValueError(f"--min {name}:{label}: no label {label!r} here; the labels are {', '.join(known)}")
+                raise ValueError(
+                    f"{bound.option} {name}:{label}: no label {label!r} here; the labels are {', '.join(known)}"
+                )
         if labelled and label is None:
             found = [(m.parameters["label"], float(m.value)) for m in chosen]
         else:
             found = [(label, statistics.fmean(float(m.value) for m in chosen))]
         for which, got in found:
-            if not got >= bound.least:  # NaN falls short too
+            within = got <= bound.value if bound.upper else got >= bound.value  # NaN is never within
+            if not within:
                 where = f"{name} for {which}" if which else name
-                failures.append(f"{where} is {got:.4f}, below the bound {bound.least:g}")
+                side = "above" if bound.upper else "below"
+                failures.append(f"{where} is {got:.4f}, {side} the bound {bound.value:g}")
     return failures

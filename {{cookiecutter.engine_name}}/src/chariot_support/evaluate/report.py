@@ -1,6 +1,7 @@
 """What an evaluation leaves in its output folder: metrics.json (valor-lite's metrics as their `to_dict()` writes
-them), report.md (a table per label), the precision-recall curves and confusion matrix as pictures, and the images
-the engine got most wrong, drawn with the ground truth and the engine's answers side by side."""
+them, and for text each answer with its scores), report.md (a table per label, how to read the numbers), the
+precision-recall curves and confusion matrix as pictures, and the images the engine got most wrong, drawn with the
+ground truth and the engine's answers side by side."""
 
 from __future__ import annotations
 
@@ -27,6 +28,8 @@ def write(
     """Write everything into `out` (an empty folder); returns the names of the files written."""
     written = ["metrics.json", "report.md"]
     document = {**about, "labels": labels_section(scores), "metrics": [m.to_dict() for m in scores.metrics]}
+    if scores.answers:
+        document["answers"] = scores.answers
     (out / "metrics.json").write_text(json.dumps(document, indent=1, default=_plain) + "\n")
     pictures = []
     curves = [m for m in scores.metrics if _kind(m) == "PrecisionRecallCurve" and m.parameters["iou_threshold"] == IOU]
@@ -110,20 +113,27 @@ def markdown(dataset: Dataset, scores: Scores, about: dict[str, Any], pictures: 
         parts.append(f"A detection matches at IoU {IOU}; precision, recall and counts take answers scoring {SCORE}+.")
     parts += ["", "| metric | value |", "| --- | --- |"]
     parts += [f"| {name} | {_number(value)} |" for name, value in scores.summary.items()]
+    if scores.notes:
+        parts += ["", "## Reading these numbers", ""] + [f"- {note}" for note in scores.notes]
     heading, body = rows(scores)
     if body:
         parts += ["", "## Per label", "", "| " + " | ".join(heading) + " |", "|" + " --- |" * len(heading)]
         parts += ["| " + " | ".join(row) + " |" for row in body]
-    parts += ["", "## Labels", ""]
-    if scores.dataset_only:
-        parts.append(f"- Only in the dataset (the engine never answered with them): {', '.join(scores.dataset_only)}")
-    if scores.engine_only:
-        listed = ", ".join(f"{label} ({n} answers)" for label, n in sorted(scores.engine_only.items()))
-        kept = "scored as wrong answers" if dataset.task.value == "Image Classification" else "left out of the scores"
-        parts.append(f"- Only from the engine ({kept}): {listed}")
-    if not scores.dataset_only and not scores.engine_only:
-        parts.append("- The engine and the dataset know the same labels.")
-    parts += [f"- {note}" for note in dataset.notes]
+    if dataset.task.value != "Image Text to Text":  # answers have no labels
+        parts += ["", "## Labels", ""]
+        if scores.dataset_only:
+            parts.append(
+                f"- Only in the dataset (the engine never answered with them): {', '.join(scores.dataset_only)}"
+            )
+        if scores.engine_only:
+            listed = ", ".join(f"{label} ({n} answers)" for label, n in sorted(scores.engine_only.items()))
+            kept = (
+                "scored as wrong answers" if dataset.task.value == "Image Classification" else "left out of the scores"
+            )
+            parts.append(f"- Only from the engine ({kept}): {listed}")
+        if not scores.dataset_only and not scores.engine_only:
+            parts.append("- The engine and the dataset know the same labels.")
+        parts += [f"- {note}" for note in dataset.notes]
     for picture in pictures:
         parts += ["", f"![{picture}]({picture})"]
     return "\n".join(parts) + "\n"

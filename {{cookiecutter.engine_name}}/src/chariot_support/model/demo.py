@@ -284,7 +284,7 @@ class DemoPromptAnswerer(_Demo):
 
     def predict(self, images: Sequence[Image], tensors: Mapping[str, np.ndarray]) -> list[list[PromptAnswer]]:
         return [
-            [PromptAnswer(prompt=prompt, answer=self.finder.describe(i.pixels, prompt)) for prompt in i.prompts]
+            [PromptAnswer(prompt=prompt, answer=self.finder.describe(i.pixels, prompt)) for prompt in i.prompts or [""]]
             for i in images
         ]
 

@@ -248,9 +248,10 @@ class Segmentation(_Result):
 
 
 class PromptAnswer(_Result):
-    """The model's answer to one prompt about an image: `{prompt, answer}`."""
+    """The model's answer to one prompt about an image: `{prompt, answer}`. A request without prompts asks about the
+    image itself (a caption, the text it reads): its one answer has the empty prompt, `PromptAnswer(answer=...)`."""
 
-    prompt: str
+    prompt: str = ""
     answer: str
 
 
@@ -306,10 +307,14 @@ def select(
 ) -> list[_Result]:
     """Apply the request's `action`, `score_threshold` and `prompts` to one image's validated results."""
     if task is TaskType.IMAGE_TEXT_TO_TEXT:
-        asked = list(prompts)
         answered = [r.prompt for r in results]  # type: ignore[attr-defined]
-        if answered != asked:
-            raise InvalidResult(f"predict must answer the prompts {asked} in that order, answered {answered}")
+        if not prompts and answered != [""]:
+            raise InvalidResult(
+                "predict must answer an image sent without prompts with one PromptAnswer(answer=...) about the image"
+                f" itself (its prompt the empty string), answered {answered}; raise BadRequest if the model needs a prompt"
+            )
+        if prompts and answered != list(prompts):
+            raise InvalidResult(f"predict must answer the prompts {list(prompts)} in that order, answered {answered}")
         return results
     if score_threshold is not None:
         results = [r for r in results if r.score >= score_threshold]  # type: ignore[attr-defined]

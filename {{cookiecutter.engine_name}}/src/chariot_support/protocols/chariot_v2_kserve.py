@@ -173,11 +173,9 @@ def _image_input(
         raise BadRequest(f"{named(f'unknown action {action!r}')} for {task.value}; allowed: {allowed}")
     threshold, threshold_named = _setting("score_threshold", own, shared, place)
     prompts, prompts_named = _setting("prompts", own, shared, place)
+    # Optional for every task: an Image Text to Text model answers each prompt (a question or instruction about the
+    # image), or the image itself when there is none (a caption, the text it reads).
     prompts = _read_prompts(prompts, prompts_named("'prompts'"))
-    if task is TaskType.IMAGE_TEXT_TO_TEXT and not prompts:
-        raise BadRequest(
-            f"{where}: Image Text to Text needs a 'prompts' parameter: a list of questions about the image"
-        )
     merged = {k: v for k, v in {**shared, **own}.items() if k != "metadata"}
     return ImageInput(
         name=tensor.name,
@@ -219,7 +217,9 @@ def _read_prompts(value: Any, where: str) -> tuple[str, ...]:
     elif isinstance(value, str):
         value = [value]
     if not isinstance(value, list) or not all(isinstance(p, str) for p in value):
-        raise BadRequest(f"{where} must be a list of strings, got {json.dumps(value)[:100]}")
+        raise BadRequest(
+            f"{where} must be a list of strings (questions or instructions about the image), got {json.dumps(value)[:100]}"
+        )
     return tuple(value)
 
 

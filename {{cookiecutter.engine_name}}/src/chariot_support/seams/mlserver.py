@@ -239,9 +239,9 @@ def _inference_metrics(data_plane: DataPlane, name: str, version: str | None) ->
 @asynccontextmanager
 async def served_inference(data_plane: DataPlane, model, version: str | None):
     """What MLServer's data plane does around an inference (its private `_infer_contextmanager`), for the engine's
-    one inference path: its request metrics (count, failures, duration) under the model's name and the version the
-    request asked for, as MLServer labels them, and the model's context (which names the model in log lines). Yields
-    the model."""
+    one inference path: its request metrics (count, failures, duration) under the model's name and `version` (MLServer
+    gives the version the request named), and the model's context (which names the model in log lines). Yields the
+    model."""
     duration, failures, successes = _inference_metrics(data_plane, model.name, version)
     with duration.time(), failures.count_exceptions():
         with model_context(model.settings):

@@ -41,6 +41,7 @@ class ChariotDataPlane:
         self.model_registry = model_registry
         self.model_name = model_name
         self._pinned = bool(engine.model_id)  # CHARIOT_MODEL_ID: only that name reaches the model
+        self._alias = engine.model_alias  # CHARIOT_MODEL_ALIAS: one more name that does (KServe's InferenceService)
         self.workers = None  # the WorkerWatch (serving/workers.py), when the model runs in parallel workers
         self.pipeline = Pipeline(self, inner)  # every inference request's one way to the model
 
@@ -55,8 +56,10 @@ class ChariotDataPlane:
 
     def resolve(self, name: str) -> str:
         """Chariot addresses the model as m-<id> with an id chosen at deploy time; any such name reaches the
-        one model this engine serves, unless CHARIOT_MODEL_ID pinned it."""
+        one model this engine serves, unless CHARIOT_MODEL_ID pinned it. CHARIOT_MODEL_ALIAS, when set, does too."""
         if not self._pinned and name.startswith("m-") and model_id_rule.PATTERN.fullmatch(name[2:]):
+            return self.model_name
+        if self._alias and name == self._alias:
             return self.model_name
         return name
 
@@ -73,6 +76,7 @@ class ChariotDataPlane:
                         f"no model named {name!r}: model ids are lowercase in Chariot's URLs; use {lowered!r}"
                     ) from None
                 served = self.model_name if self._pinned else f"any m-<id> name (it was started as {self.model_name})"
+                served += f" and {self._alias}" if self._alias else ""
                 raise NotFound(f"no model named {name!r}: this engine serves {served}") from None
             if version:
                 raise NotFound(f"model {name!r} has no version {version!r} loaded") from None

@@ -48,6 +48,17 @@ class JSONLines(logging.Formatter):
         return json.dumps(entry, default=str)
 
 
+class EngineChoices(logging.Filter):
+    """Drops MLServer's warnings about choices the engine makes on purpose, which a person can do nothing about:
+    "REST custom configuration is out of support", written at every start because the engine passes uvicorn its own
+    options (idle keep-alive, the protocol that bounds connections; see seams/mlserver.set_uvicorn_options)."""
+
+    DROPPED = frozenset({"REST custom configuration is out of support. Use as your own risk"})
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.name.startswith("mlserver") and record.getMessage() in self.DROPPED)
+
+
 def logging_config(level: str, *, mlserver_debug: bool = False) -> dict[str, Any]:
     """The engine's logging, for `logging.config.dictConfig`: its own records, MLServer's and uvicorn's, one JSON
     object per line on stdout at CHARIOT_LOG_LEVEL (MLServer's at DEBUG when MLSERVER_DEBUG asks for it).
@@ -59,8 +70,14 @@ def logging_config(level: str, *, mlserver_debug: bool = False) -> dict[str, Any
         "version": 1,
         "disable_existing_loggers": False,
         "formatters": {"json_lines": {"()": f"{__name__}.JSONLines"}},
+        "filters": {"engine_choices": {"()": f"{__name__}.EngineChoices"}},
         "handlers": {
-            HANDLER_NAME: {"class": "logging.StreamHandler", "stream": "ext://sys.stdout", "formatter": "json_lines"}
+            HANDLER_NAME: {
+                "class": "logging.StreamHandler",
+                "stream": "ext://sys.stdout",
+                "formatter": "json_lines",
+                "filters": ["engine_choices"],
+            }
         },
         "loggers": {
             "chariot_support": own,

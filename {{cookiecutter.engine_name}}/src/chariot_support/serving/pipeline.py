@@ -135,7 +135,9 @@ class Pipeline:
             model = await self.data_plane.model_registry.get_model(resolved, version)
             if not model.ready:
                 raise ModelLoading(f"model {name!r} is still loading; retry when GET /v2/health/ready answers 200")
-            async with served_inference(self._inner, model, version) as served:
+            # Counted under the version that answers (CHARIOT_MODEL_VERSION), whichever the request named: MLServer
+            # labels its metrics with the request's, `None` for every request that names none, as Chariot's do.
+            async with served_inference(self._inner, model, model.version) as served:
                 # Checked here, before the request waits for a thread, a batch or a parallel worker: a bad request
                 # is told so at once, never queued behind the model's work.
                 parsed = await self._parse(request, TaskType(model.settings.parameters.extra["task_type"]))

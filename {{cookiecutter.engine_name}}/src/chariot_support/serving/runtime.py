@@ -53,10 +53,19 @@ def import_model_class(path: str) -> type[ChariotModel]:
     return model_class
 
 
+def missing_file(exc: BaseException) -> bool:
+    """Whether `exc` says a file is missing: Python's FileNotFoundError, or ONNX Runtime's NoSuchFile (which
+    InferenceSession, and so onnx_session, raises), told by name so that onnxruntime need not be installed."""
+    kind = type(exc)
+    return isinstance(exc, FileNotFoundError) or (
+        kind.__name__ == "NoSuchFile" and kind.__module__.startswith("onnxruntime")
+    )
+
+
 def load_failure(model_class: type, model_dir: Path, exc: BaseException) -> str:
     """What to tell a person whose model did not load: its own error, and the folder when a file was missing."""
     message = f"{model_class.__name__}.load failed: {type(exc).__name__}: {exc}"
-    if isinstance(exc, FileNotFoundError):
+    if missing_file(exc):
         message += (
             f". The model looks for its files in MODEL_DIR ({model_dir}"
             + ("" if model_dir.is_dir() else ", which does not exist")

@@ -96,6 +96,11 @@ def model_id_from_env(default_model_id: str, engine: EngineSettings) -> str:
     wrong = model_id_rule.problem(model_id)
     if wrong:
         raise ValueError(wrong)
+    if engine.model_alias and not model_id_rule.PATTERN.fullmatch(engine.model_alias):
+        raise ValueError(
+            f"CHARIOT_MODEL_ALIAS {engine.model_alias[:80]!r} is not a name the engine can answer to: use a Kubernetes"
+            " name (lowercase letters, digits and dashes, at most 63), such as the InferenceService's"
+        )
     return model_id
 
 
@@ -217,7 +222,7 @@ def log_settings(settings: Settings, engine: EngineSettings, plan: ServingPlan) 
         "predict_inline": plan.inline,
         "max_batch_size": batching.max_size if batching else 1,
         "max_batch_wait_ms": batching.max_wait * 1000 if batching else None,
-        "predict_timeout_s": engine.predict_timeout,
+        "predict_timeout_s": None if plan.inline else engine.predict_timeout,  # an inline predict cannot be stopped
         "max_request_mb": engine.max_request_mb,
         "max_inputs": engine.max_inputs,
         "max_image_pixels": engine.max_image_pixels,
@@ -226,28 +231,29 @@ def log_settings(settings: Settings, engine: EngineSettings, plan: ServingPlan) 
         "body_budget_mb": engine.body_budget_mb,
         "decode_budget_mb": engine.decode_budget_mb,
     }
-    processes = f"{settings.parallel_workers} worker processes, each" if settings.parallel_workers else "one process"
+    logger.info("%s", settings_message(settings.parallel_workers, engine, plan), extra={"fields": {"settings": fields}})
+
+
+def settings_message(workers: int, engine: EngineSettings, plan: ServingPlan) -> str:
+    """The settings line in words: "settings: one process with 4 threads and one thread-safe model; ..."."""
+    batching = plan.batching
+    processes = f"{workers} worker process{'' if workers == 1 else 'es'}, each" if workers else "one process"
+    if plan.inline:  # decode and predict on the event loop: the threads are not used, and no timeout can stop it
+        runs = "predicting inline on the event loop with"
+        timeout = "no predict timeout (an inline predict cannot be stopped)"
+    else:
+        runs = f"with {plan.threads} thread{'' if plan.threads == 1 else 's'} and"
+        timeout = f"predict timeout {engine.predict_timeout:g} s"
     model = "one thread-safe model" if plan.thread_safe else f"{plan.copies} cop{'y' if plan.copies == 1 else 'ies'}"
-    if plan.inline:
-        model += ", predicting inline on the event loop"
     gathered = (
         f"batches of up to {batching.max_size} images within {batching.max_wait * 1000:g} ms"
         if batching
         else "no batching"
     )
-    logger.info(
-        "settings: %s with %d threads and %s; %s; predict timeout %g s; requests up to %d MiB and %d inputs, images"
-        " up to %s pixels; %d connections at most",
-        processes,
-        plan.threads,
-        model,
-        gathered,
-        engine.predict_timeout,
-        engine.max_request_mb,
-        engine.max_inputs,
-        f"{engine.max_image_pixels:,}",
-        engine.max_connections,
-        extra={"fields": {"settings": fields}},
+    return (
+        f"settings: {processes} {runs} {model}; {gathered}; {timeout}; requests up to {engine.max_request_mb} MiB"
+        f" and {engine.max_inputs} inputs, images up to {engine.max_image_pixels:,} pixels;"
+        f" {engine.max_connections} connections at most"
     )
 
 

@@ -42,8 +42,9 @@ def test_server_is_live_and_ready(client):
 
 
 def test_metadata_declares_the_image_input_and_result_output(client):
-    assert client.client.get_server_metadata(**({"as_json": True} if client.transport == "grpc" else {}))["name"]
     kwargs = {"as_json": True} if client.transport == "grpc" else {}
+    server = client.client.get_server_metadata(**kwargs)
+    assert server["name"] and "binary_tensor_data" in server["extensions"], server
     metadata = client.client.get_model_metadata("m-deployed-by-chariot", **kwargs)
     assert metadata["name"] == "m-deployed-by-chariot"
     assert metadata["platform"] == PLATFORM

@@ -63,8 +63,13 @@ async def _drive(send, concurrency: int, count: int, duration: float, warmup: in
     return {"elapsed": elapsed, "latencies": latencies, "errors": errors, "client_cpu": time.process_time() - cpu}
 
 
-async def rest(url: str, body: bytes, concurrency: int, count: int, duration: float, warmup: int) -> dict:
+async def rest(
+    url: str, body: bytes, concurrency: int, count: int, duration: float, warmup: int, head: int | None = None
+) -> dict:
+    """REST load; with `head`, the body is in the binary tensor data extension, its first `head` bytes JSON."""
     headers = {"Content-Type": "application/json"}
+    if head is not None:
+        headers = {"Content-Type": "application/octet-stream", "Inference-Header-Content-Length": str(head)}
     connector = aiohttp.TCPConnector(limit=concurrency)
     async with aiohttp.ClientSession(connector=connector, auto_decompress=False) as session:
 
@@ -94,6 +99,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--protocol", choices=("rest", "grpc"), required=True)
     parser.add_argument("--target", required=True, help="REST infer URL, or host:port for gRPC")
     parser.add_argument("--body", type=Path, required=True, help="the REST request body (JSON)")
+    parser.add_argument(
+        "--binary-head",
+        type=int,
+        help="the body is in the binary tensor data extension (REST), and its first this many bytes are its JSON",
+    )
     parser.add_argument("--model", default="m-demo")
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--count", type=int, required=True)
@@ -107,7 +117,9 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     body = args.body.read_bytes()
     if args.protocol == "rest":
-        result = asyncio.run(rest(args.target, body, args.concurrency, args.count, args.duration, args.warmup))
+        result = asyncio.run(
+            rest(args.target, body, args.concurrency, args.count, args.duration, args.warmup, args.binary_head)
+        )
     else:
         message = grpc_request(json.loads(body), args.model)
         result = asyncio.run(grpc_load(args.target, message, args.concurrency, args.count, args.duration, args.warmup))

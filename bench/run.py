@@ -48,6 +48,9 @@ class Scenario:
     images: tuple[str, ...]  # image kind per input
     count: int  # requests per measured run
     single: bool = True  # one image per request: the in-process CPU target applies
+    # The engine is sent each image file itself in the binary tensor data extension, and asks for its results so, as
+    # tritonclient does by default; the baseline (bare MLServer, or an earlier engine), base64 in JSON as always.
+    binary: bool = False
 
 
 SCENARIOS = (
@@ -57,6 +60,7 @@ SCENARIOS = (
     Scenario("detect gRPC", "detection", "grpc", ("vga",), 600),
     Scenario("detect REST 8 images", "detection", "rest", ("vga",) * 8, 100, single=False),
     Scenario("detect REST 4K", "detection", "rest", ("uhd",), 50),
+    Scenario("detect REST 4K binary", "detection", "rest", ("uhd",), 50, binary=True),
     Scenario("segment REST", "segmentation", "rest", ("many",), 400),
 )
 
@@ -67,6 +71,19 @@ def body_of(scenario: Scenario) -> dict:
         for i, kind in enumerate(scenario.images)
     ]
     return {"inputs": inputs}
+
+
+def binary_body_of(scenario: Scenario) -> tuple[bytes, int]:
+    """The scenario's request in the binary tensor data extension, and the length of its JSON: each input's file
+    itself as one BYTES element (a 4-byte little-endian length, then the file) after the JSON, its output asked for as
+    binary data too."""
+    files = [image(kind, seed=i) for i, kind in enumerate(scenario.images)]
+    inputs = [
+        {"name": f"image-{i}", "shape": [1], "datatype": "BYTES", "parameters": {"binary_data_size": 4 + len(f)}}
+        for i, f in enumerate(files)
+    ]
+    head = json.dumps({"inputs": inputs, "parameters": {"binary_data_output": True}}).encode()
+    return head + b"".join(len(f).to_bytes(4, "little") + f for f in files), len(head)
 
 
 # --- the servers, started on free loopback ports and stopped by PID -------------------------------------------
@@ -192,7 +209,11 @@ class Server:
 # --- one measured run ----------------------------------------------------------------------------------------
 
 
-def measure(server: Server, scenario: Scenario, body_path: Path, count: int, duration: float) -> dict:
+def measure(
+    server: Server, scenario: Scenario, body_path: Path, count: int, duration: float, head: int | None = None
+) -> dict:
+    """One run of the load on `server`; `head`, the length of the body's JSON when it is in the binary tensor data
+    extension."""
     target = server.infer_url if scenario.protocol == "rest" else f"127.0.0.1:{server.grpc}"
     command = [
         sys.executable,
@@ -209,6 +230,7 @@ def measure(server: Server, scenario: Scenario, body_path: Path, count: int, dur
         str(duration),
         "--warmup",
         "16",
+        *(["--binary-head", str(head)] if head is not None else []),
     ]
     client = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     if client.stdout.readline().strip() != "warm":
@@ -334,12 +356,17 @@ def main(argv: list[str] | None = None) -> int:
     args.results = args.results or BENCH / "results"
     print(f"baseline: {baseline_name}", flush=True)
     bodies = {}
+    binary_bodies = {}  # scenario -> (the engine's body in the binary tensor data extension, its JSON's length)
     floors = {}
     floor_env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(BENCH), str(src / "detection")])}
     for scenario in scenarios:
         path = out / f"body-{scenario.name.replace(' ', '-')}.json"
         path.write_text(json.dumps(body_of(scenario)))
         bodies[scenario.name] = path
+        if scenario.binary:
+            content, head = binary_body_of(scenario)
+            binary_bodies[scenario.name] = (path.with_suffix(".bin"), head)
+            path.with_suffix(".bin").write_bytes(content)
         measured = subprocess.run(
             [
                 sys.executable,
@@ -348,6 +375,7 @@ def main(argv: list[str] | None = None) -> int:
                 str(path),
                 "--count",
                 str(max(2, int(scenario.count * share) // 40)),
+                *(["--files"] if scenario.binary else []),
             ],
             capture_output=True,
             text=True,
@@ -387,12 +415,16 @@ def main(argv: list[str] | None = None) -> int:
                     )
                 for index, scenario in enumerate(task_scenarios):
                     for kind in kinds if index % 2 == 0 else kinds[::-1]:
+                        body, head = bodies[scenario.name], None
+                        if kind == "engine" and scenario.binary:
+                            body, head = binary_bodies[scenario.name]
                         result = measure(
                             servers[kind],
                             scenario,
-                            bodies[scenario.name],
+                            body,
                             max(16, int(scenario.count * share)),
                             duration,
+                            head,
                         )
                         measurements.append(result)
                         print(

@@ -11,8 +11,10 @@ import zlib
 
 import grpc
 import httpx
+import numpy as np
 import pytest
 from kserve import InferenceGRPCClient, InferenceRESTClient, InferInput, InferRequest, RESTConfig
+from kserve.protocol.infer_type import RequestedOutput
 
 URL = os.environ["ENGINE_URL"]
 GRPC_ADDRESS = os.environ["ENGINE_GRPC_ADDRESS"]
@@ -143,6 +145,21 @@ def test_rest_as_numpy_cannot_hold_result_lists():
     assert len(several.data[0]) >= 2, several.data
     with pytest.raises(ValueError, match=rf"cannot reshape array of size {len(several.data[0])} into shape \(1,\)"):
         several.as_numpy()
+
+
+@pytest.mark.parametrize("binary_output", [True, False], ids=["binary-output", "json-output"])
+def test_rest_infer_of_the_file_in_binary_tensor_data(binary_output):
+    """The SDK's set_data_from_numpy sends a tensor in the binary tensor data extension unless told otherwise (an
+    InferInput built with `data` goes as JSON): here the PNG file itself. Its output comes back as binary data when
+    asked for, one BYTES element holding the results' JSON text, which the SDK gives as a string."""
+    image = InferInput(name="image-0", shape=[1], datatype="BYTES", parameters=settings() or None)
+    image.set_data_from_numpy(np.array([base64.b64decode(png())], dtype=np.object_))
+    requested = [RequestedOutput("image-0", {"binary_data": binary_output})]
+    sent = InferRequest(model_name=MODEL, infer_inputs=[image], request_id="kserve-sdk", request_outputs=requested)
+    headers: dict = {}
+    (output,) = rest(lambda c: c.infer(URL, sent, model_name=MODEL, response_headers=headers)).outputs
+    assert ("inference-header-content-length" in headers) is binary_output, headers
+    check_results(json.loads(output.data[0]) if binary_output else output.data[0])
 
 
 def test_rest_errors_carry_the_engine_message():

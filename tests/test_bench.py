@@ -2,6 +2,7 @@
 the engine's demo, the load generator drives it over REST and gRPC, and the report adds up."""
 
 import asyncio
+import base64
 import csv
 import json
 import subprocess
@@ -13,6 +14,7 @@ import pytest
 
 from chariot_support.dev.testing import chariot_request, encode_image
 from chariot_support.model.demo import ColourFinder
+from chariot_support.protocols import v2_binary
 from template_paths import SUPPORT_SRC, TEMPLATE_ROOT
 
 BENCH = TEMPLATE_ROOT / "bench"
@@ -64,6 +66,16 @@ def test_load_generator_drives_the_baseline_and_the_server_is_measured(baseline,
     assert result["requests"] == 40 and result["rps"] > 0
     assert 0 < result["p50_ms"] <= result["p99_ms"]
     assert result["cpu_ms"] > 0 and result["rss_mb"] > 10
+
+
+def test_the_binary_body_carries_the_files_the_json_body_carries_in_base64():
+    scenario = run.Scenario("t", "detection", "rest", ("tiny", "vga"), 1, binary=True)
+    content, head = run.binary_body_of(scenario)
+    request, outputs = v2_binary.parse(content, head, 1000)
+    assert [t.data for t in request.inputs] == [
+        [base64.b64decode(i["data"][0])] for i in run.body_of(scenario)["inputs"]
+    ]
+    assert outputs.every, "its results asked for as binary data, as tritonclient asks by default"
 
 
 def test_against_a_commit_the_baseline_is_the_engine_baked_from_that_commits_template(tmp_path):

@@ -3,7 +3,6 @@ the answers a plain REST request gets for the same image. Run by test_tritonclie
 
 import json
 
-import numpy as np
 import pytest
 
 from tritonclient_support import (
@@ -14,7 +13,6 @@ from tritonclient_support import (
     TASK,
     TRANSPORTS,
     Client,
-    b64,
     plain_rest,
     plain_rest_results,
     scene_png,
@@ -44,8 +42,9 @@ def test_server_is_live_and_ready(client):
 
 
 def test_metadata_declares_the_image_input_and_result_output(client):
-    assert client.client.get_server_metadata(**({"as_json": True} if client.transport == "grpc" else {}))["name"]
     kwargs = {"as_json": True} if client.transport == "grpc" else {}
+    server = client.client.get_server_metadata(**kwargs)
+    assert server["name"] and "binary_tensor_data" in server["extensions"], server
     metadata = client.client.get_model_metadata("m-deployed-by-chariot", **kwargs)
     assert metadata["name"] == "m-deployed-by-chariot"
     assert metadata["platform"] == PLATFORM
@@ -88,9 +87,8 @@ def test_a_numeric_score_threshold_arrives(client):
     assert client.results(result, "image-0") == expected
 
 
-def test_raw_image_bytes_equal_base64_over_grpc():
-    # JSON cannot carry raw bytes, so only gRPC clients may send the file itself.
-    client = Client("grpc")
+def test_raw_image_bytes_equal_base64(client):
+    # The file itself in a BYTES element: raw contents over gRPC, the binary tensor data extension over HTTP.
     as_file = client.infer(
         MODEL, [client.image("image-0", scene_png(), encode=False)], parameters=client.parameters(prompts=PROMPTS)
     )
@@ -98,19 +96,24 @@ def test_raw_image_bytes_equal_base64_over_grpc():
     assert client.results(as_file, "image-0") == expected["image-0"]
 
 
-def test_http_binary_data_is_refused_with_the_extension_and_the_way_out_named():
-    # tritonclient's HTTP client sends tensors in the binary-data extension unless told binary_data=False.
+@pytest.mark.parametrize("inputs", ["binary", "json"])
+@pytest.mark.parametrize("outputs", ["binary", "json", "default"])
+def test_http_tensors_in_json_or_binary_data_give_the_same_results(inputs, outputs):
+    """tritonclient's HTTP client sends tensors in the binary tensor data extension and asks for binary outputs
+    unless told otherwise; each form, and each mix, answers what a plain JSON request gets."""
     client = Client("http")
-    tensor = client.lib.InferInput("image-0", [1], "BYTES")
-    tensor.set_data_from_numpy(np.array([b64(scene_png()).encode()], dtype=np.object_))
-    error = client.error(lambda: client.infer(MODEL, [tensor], parameters=client.parameters(prompts=PROMPTS)))
-    assert error.status() == "400", error
-    message = error.message()
-    assert "binary-data extension" in message and "binary_data=False" in message, message
-    assert "not valid JSON" not in message, message
-    expected = plain_rest_results(plain_rest(MODEL, {"image-0": scene_png()}, {"prompts": PROMPTS}))
-    result = client.infer(MODEL, [client.image("image-0", scene_png())], parameters=client.parameters(prompts=PROMPTS))
-    assert client.results(result, "image-0") == expected["image-0"], "the engine should keep serving as before"
+    images = {"image-0": scene_png(), "image-1": scene_png(flip=True)}
+    sent = [client.image(name, data, binary=inputs == "binary") for name, data in images.items()]
+    requested = (
+        None
+        if outputs == "default"
+        else [client.lib.InferRequestedOutput(n, binary_data=outputs == "binary") for n in images]
+    )
+    result = client.infer(MODEL, sent, outputs=requested, parameters=client.parameters(prompts=PROMPTS))
+    expected = plain_rest_results(plain_rest(MODEL, images, {"prompts": PROMPTS}))
+    assert {name: client.results(result, name) for name in images} == expected
+    binary = ["binary_data_size" in result.get_output(name).get("parameters", {}) for name in images]
+    assert binary == [outputs != "json"] * len(images), result.get_response()
 
 
 def test_request_id_is_echoed_and_metadata_passes_through(client):

@@ -73,19 +73,20 @@ class Client:
             self.lib = grpcclient
             self.client = grpcclient.InferenceServerClient(GRPC_ADDRESS)
 
-    def image(self, name: str, data: bytes, *, encode: bool = True):
-        """A Chariot image input: one BYTES element holding base64 of the file (or the file itself)."""
-        return self._bytes_input(name, b64(data).encode() if encode else data)
+    def image(self, name: str, data: bytes, *, encode: bool = True, binary: bool = True):
+        """A Chariot image input: one BYTES element holding base64 of the file (or the file itself), sent over HTTP
+        as tritonclient sends it by default, in the binary tensor data extension (or in JSON)."""
+        return self._bytes_input(name, b64(data).encode() if encode else data, binary)
 
     def text(self, name: str, text: str):
         """A BYTES input holding `text` as it is."""
-        return self._bytes_input(name, text.encode())
+        return self._bytes_input(name, text.encode(), True)
 
-    def _bytes_input(self, name: str, element: bytes):
+    def _bytes_input(self, name: str, element: bytes, binary: bool):
         tensor = self.lib.InferInput(name, [1], "BYTES")
         array = np.array([element], dtype=np.object_)
         if self.transport == "http":
-            tensor.set_data_from_numpy(array, binary_data=False)  # the engine does not take binary data
+            tensor.set_data_from_numpy(array, binary_data=binary)
         else:
             tensor.set_data_from_numpy(array)
         return tensor
@@ -100,7 +101,9 @@ class Client:
         return self.client.infer(model, inputs, **kwargs)
 
     def results(self, result, name: str) -> list:
-        if self.transport == "http":
+        """An output's results: over HTTP in JSON, or, as tritonclient asks for them unless told otherwise, as binary
+        data (one BYTES element holding their JSON text, as gRPC has them)."""
+        if self.transport == "http" and "data" in result.get_output(name):
             return result.get_output(name)["data"][0]
         return json.loads(result.as_numpy(name)[0])
 

@@ -110,6 +110,7 @@ class Case:
     model: str | None = None  # address this model instead of the engine's own
     version: str | None = None
     method: str = "POST"
+    headers: tuple[tuple[str, str], ...] = ()  # sent with the body (the binary tensor data extension's length)
 
     @property
     def addressed_plainly(self) -> bool:
@@ -123,6 +124,38 @@ def case(name: str, body: dict | bytes, *fragments: str, status: int = 400, **wh
 
 def _truncated(raw: bytes, keep: float) -> str:
     return b64(raw[: int(len(raw) * keep)])
+
+
+LENGTH_HEADER = "Inference-Header-Content-Length"
+
+
+def element(*items: bytes) -> bytes:
+    """BYTES elements as the binary tensor data extension sends them: each a 4-byte little-endian length, then it."""
+    return b"".join(struct.pack("<I", len(item)) + item for item in items)
+
+
+def binary_input(name: str = "image-0", size: Any = None, **overrides: Any) -> dict:
+    """`image()` whose bytes follow the JSON instead of being in its data: its binary_data_size is the PNG's as one
+    BYTES element unless `size` says otherwise."""
+    tensor = without(image(name, **overrides), "data")
+    tensor.setdefault("parameters", {})["binary_data_size"] = len(element(PNG)) if size is None else size
+    return tensor
+
+
+def binary(head: dict, *tensors: bytes) -> bytes:
+    """A body in the binary tensor data extension: `head` as JSON, then the tensors' bytes."""
+    return json.dumps(head).encode() + b"".join(tensors)
+
+
+def binary_case(name: str, head: dict, tensors: tuple, *fragments: str, length: str | None = None, **kw) -> Case:
+    """A case sent as `binary(head, *tensors)`, with the JSON's length in its header (or `length`)."""
+    sent = length if length is not None else str(len(json.dumps(head).encode()))
+    return case(name, binary(head, *tensors), *fragments, headers=((LENGTH_HEADER, sent),), **kw)
+
+
+_ONE_IMAGE = request(binary_input())
+_ONE_IMAGE_BODY = binary(_ONE_IMAGE, element(PNG))
+_BAD_PREFIX = struct.pack("<I", 1000) + b"\0" * 16  # an element saying 1,000 bytes, in 20
 
 
 CASES: list[Case] = [
@@ -326,6 +359,112 @@ CASES: list[Case] = [
         "parameters.metadata",
         "JSON object",
     ),
+    # the binary tensor data extension: JSON, then each binary input's bytes
+    binary_case(
+        "binary: JSON length past the body",
+        _ONE_IMAGE,
+        (element(PNG),),
+        LENGTH_HEADER,
+        "99,999 bytes of JSON",
+        f"the body is {len(_ONE_IMAGE_BODY):,}",
+        length="99999",
+    ),
+    binary_case(
+        "binary: JSON length not a number", _ONE_IMAGE, (element(PNG),), LENGTH_HEADER, "'12abc'", length="12abc"
+    ),
+    binary_case(
+        "binary: JSON length cutting the JSON",
+        _ONE_IMAGE,
+        (element(PNG),),
+        "the body's first 10 bytes",
+        "not valid JSON",
+        length="10",
+    ),
+    case(
+        "binary: JSON and tensor bytes without the length header",
+        binary(_ONE_IMAGE, element(PNG)),
+        "binary tensor data",
+        LENGTH_HEADER,
+    ),
+    binary_case("binary: negative size", request(binary_input(size=-1)), (element(PNG),), "input 'image-0'", "is -1"),
+    binary_case(
+        "binary: size not a whole number",
+        request(binary_input(size="12")),
+        (element(PNG),),
+        "input 'image-0'",
+        "whole number of bytes, got '12'",
+    ),
+    binary_case(
+        "binary: size past the body",
+        request(binary_input(size=len(element(PNG)) + 10)),
+        (element(PNG),),
+        "input 'image-0'",
+        f"binary_data_size is {len(element(PNG)) + 10:,} bytes",
+        f"the body holds {len(element(PNG)):,}",
+    ),
+    binary_case(
+        "binary: size not the shape's",
+        request(
+            binary_input(), {"name": "x", "shape": [4], "datatype": "FP32", "parameters": {"binary_data_size": 12}}
+        ),
+        (element(PNG), bytes(12)),
+        "input 'x'",
+        "shape [4] of FP32 takes 16 bytes",
+        "binary_data_size is 12",
+    ),
+    binary_case(
+        "binary: element longer than its size",
+        request(binary_input(size=20)),
+        (_BAD_PREFIX,),
+        "input 'image-0'",
+        "element 0 is 1,000 bytes long",
+        "16 bytes of its binary_data_size (20)",
+    ),
+    binary_case(
+        "binary: more elements than the shape",
+        request(binary_input(size=2 * len(element(PNG)))),
+        (element(PNG, PNG),),
+        "input 'image-0'",
+        "shape [1] holds 1 elements but data has 2",
+    ),
+    binary_case(
+        "binary: input with neither data nor a size",
+        request(without(image(), "data")),
+        (element(PNG),),
+        "input 'image-0' has neither data nor parameters.binary_data_size",
+    ),
+    binary_case(
+        "binary: data and a size",
+        request(image(parameters={"binary_data_size": len(element(PNG))})),
+        (element(PNG),),
+        "input 'image-0' has both data and parameters.binary_data_size",
+    ),
+    binary_case(
+        "binary: bytes after the last input",
+        _ONE_IMAGE,
+        (element(PNG), b"extra"),
+        "the body holds 5 bytes after its JSON",
+        f"({len(element(PNG)):,} bytes, the sum of their binary_data_size)",
+    ),
+    binary_case(
+        "binary: BOOL byte neither 0 nor 1",
+        request(binary_input(), {"name": "x", "shape": [2], "datatype": "BOOL", "parameters": {"binary_data_size": 2}}),
+        (element(PNG), b"\x01\x07"),
+        "input 'x'",
+        "BOOL data must be bytes of 0 (false) or 1 (true), got 7",
+    ),
+    binary_case(
+        "binary: tensor past CHARIOT_MAX_ELEMENTS",
+        request(
+            binary_input(),
+            {"name": "x", "shape": [1_000_001], "datatype": "UINT8", "parameters": {"binary_data_size": 1_000_001}},
+        ),
+        (element(PNG), bytes(1_000_001)),
+        "input 'x'",
+        "more than 1,000,000 elements",
+        "CHARIOT_MAX_ELEMENTS",
+        status=413,
+    ),
     # addressing
     case("unknown model", GOOD, "no model named 'not-chariot'", "m-<id>", status=404, model="not-chariot"),
     case("unknown version", GOOD, "has no version '999'", status=404, version="999"),
@@ -373,6 +512,7 @@ class Rest:
     def send(self, engine, model_name: str, case: Case, headers: Mapping[str, str]) -> Answer:
         body = case.body if isinstance(case.body, bytes) else json.dumps(case.body).encode()
         url = self.url(engine, model_name, case)
+        headers = {**headers, **dict(case.headers)}
         return _answer(
             requests.request(case.method, url, data=body, headers=headers, timeout=60, allow_redirects=False)
         )

@@ -169,24 +169,6 @@ def test_json_that_is_not_an_object(engine):
     error_of(post(engine, "[1, 2]", "application/json"), "'inputs'")
 
 
-@pytest.mark.parametrize("path", ["/infer", "/v2/models/m-demo/infer"])
-def test_a_body_in_the_binary_data_extension_is_named_with_the_way_out(engine, image, path):
-    """tritonclient's default layout: a JSON head giving each input's binary_data_size, then the raw tensor."""
-    element = image.encode()
-    tensor = len(element).to_bytes(4, "little") + element
-    head = {"inputs": [{"name": "image-0", "shape": [1], "datatype": "BYTES"}]}
-    head["inputs"][0]["parameters"] = {"binary_data_size": len(tensor)}
-    encoded = json.dumps(head).encode()
-    reply = requests.post(
-        f"{engine.url}{path}",
-        data=encoded + tensor,
-        headers={"Inference-Header-Content-Length": str(len(encoded))},
-        timeout=30,
-    )
-    message = error_of(reply, "binary-data extension", "binary_data=False")
-    assert "not valid JSON" not in message
-
-
 def test_json_with_an_unknown_key(engine, image):
     error_of(post(engine, json.dumps({"input": image, "params": {}}), "application/json"), "'params'")
 
@@ -252,10 +234,24 @@ def pinned():
     return run
 
 
+def binary_request(image: str) -> tuple[bytes, dict]:
+    """The image file itself in the binary tensor data extension, and the header giving its JSON's length."""
+    raw = base64.b64decode(image)
+    head = {
+        "inputs": [{"name": "a", "shape": [1], "datatype": "BYTES", "parameters": {"binary_data_size": 4 + len(raw)}}]
+    }
+    encoded = json.dumps(head).encode()
+    return encoded + len(raw).to_bytes(4, "little") + raw, {"Inference-Header-Content-Length": str(len(encoded))}
+
+
 def test_pinned_to_chariot_v2_reads_a_kserve_body_as_chariot_v2(pinned, image):
     with pinned("chariot-v2") as running:
         body = chariot_request({"name": "a", "shape": [1], "datatype": "BYTES", "data": [image]})
         error_of(post(running, json.dumps(body), "application/json"), "unknown key 'inputs'")
+        # chariot-v2's binary form is the file as the body; the extension is read at the V2 route.
+        data, headers = binary_request(image)
+        error_of(post(running, data, **headers), "binary tensor data", "/v2/models/<name>/infer", "chariot-v2")
+        assert requests.post(f"{running.url}/v2/models/m-demo/infer", data=data, headers=headers, timeout=30).ok
         ok = post(running, json.dumps({"input": image}), "application/json")
         assert ok.status_code == 200 and "output" in ok.json(), ok.text
 
@@ -264,6 +260,8 @@ def test_pinned_to_kserve_refuses_chariot_v2(pinned, image):
     with pinned("chariot-v2-kserve") as running:
         body = chariot_request({"name": "a", "shape": [1], "datatype": "BYTES", "data": [image]})
         assert post(running, json.dumps(body), "application/json").json()["outputs"]
+        data, headers = binary_request(image)
+        assert post(running, data, **headers).json()["outputs"]
         error_of(post(running, json.dumps({"input": image}), "application/json"), "inputs")
         error_of(post(running, base64.b64decode(image), "image/png"), "JSON")
 

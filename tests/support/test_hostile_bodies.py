@@ -184,6 +184,31 @@ def test_bodies_held_open_share_one_budget_and_the_rest_get_503_before_they_are_
         assert requests.post(engine.url + URL, json=png_request(16, 1), timeout=30).status_code == 200
 
 
+def test_a_binary_body_is_read_within_the_body_limit_before_its_header_counts(engine):
+    """A body in the binary tensor data extension is read by the one reader, as a JSON body is: sent chunked, with no
+    length to refuse it by, and an input claiming 65 MiB of it, it is refused once past 64 MiB, while it arrives."""
+    size = 65 << 20
+    parameters = {"binary_data_size": 4 + size}
+    encoded = json.dumps({"inputs": [{"name": "image-0", "shape": [1], "datatype": "BYTES", "parameters": parameters}]})
+    head = (
+        f"POST {URL} HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+        f"Inference-Header-Content-Length: {len(encoded)}\r\n\r\n"
+    ).encode()
+    piece = bytes(1 << 20)
+    with HealthProbe(engine) as probe, socket.create_connection(("127.0.0.1", engine.http_port), timeout=30) as sock:
+        sock.sendall(head)
+        try:
+            for chunk in [encoded.encode() + size.to_bytes(4, "little")] + [piece] * (size >> 20):
+                sock.sendall(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+            sock.sendall(b"0\r\n\r\n")
+        except OSError:
+            pass  # the engine answered and closed
+        answer = sock.recv(65536)
+    assert answer.startswith(b"HTTP/1.1 413"), answer[:300]
+    assert b"over 67,108,864 bytes" in answer and b"CHARIOT_MAX_REQUEST_MB" in answer
+    assert probe.worst < 1.0 and not probe.failures, (probe.worst, probe.failures[:3])
+
+
 def test_the_apps_other_routes_take_small_bodies_only(engine):
     """Inference is the front's; a large body sent to one of the app's routes (repository index) is refused before
     it is read, so those routes cannot hold bodies past the body budget either."""

@@ -47,6 +47,8 @@ def sends(scene) -> dict:
     line = json.dumps({"input": b64})
     return {
         "v2": ("/v2/models/m-demo/infer", v2, {}),
+        # The binary tensor data extension: the file itself after the JSON; here the answer's results after its JSON.
+        "v2-binary": ("/v2/models/m-demo/infer", *binary(b64, output=True)),
         "v2-slash": ("/v2/models/m-any/infer/", v2, {}),
         "v2-version": ("/v2/models/m-demo/versions/1/infer", v2, {}),
         "v2-unusual": ("/v2/models/m-demo/infer", json.dumps(unusual), {}),
@@ -54,6 +56,7 @@ def sends(scene) -> dict:
         "root-kserve": ("/infer", v2, {"Content-Type": "application/json"}),
         "root-slash": ("/infer/", v2, {"Content-Type": "application/json"}),
         "root-deflate": ("/infer", zlib.compress(line.encode()), {"Content-Encoding": "deflate"}),
+        "root-binary": ("/infer", *binary(b64, output=False)),
         "root-json": ("/infer", line, {"Content-Type": "application/json"}),
         "root-jsonl": ("/infer", f"{line}\n{line}\n", {"Content-Type": "application/jsonl"}),
         "root-file": ("/infer", base64.b64decode(b64), {"Content-Type": "image/png"}),
@@ -62,10 +65,24 @@ def sends(scene) -> dict:
     }
 
 
+def binary(b64: str, *, output: bool) -> tuple[bytes, dict]:
+    """A body in the binary tensor data extension sending the image file itself, and its headers; with `output`, it
+    asks for its output as binary data too."""
+    raw = base64.b64decode(b64)
+    head: dict = {"inputs": [{"name": "image-0", "shape": [1], "datatype": "BYTES"}]}
+    head["inputs"][0]["parameters"] = {"binary_data_size": 4 + len(raw)}
+    if output:
+        head["outputs"] = [{"name": "image-0", "parameters": {"binary_data": True}}]
+    encoded = json.dumps(head).encode()
+    headers = {"Inference-Header-Content-Length": str(len(encoded)), "Content-Type": "application/octet-stream"}
+    return encoded + len(raw).to_bytes(4, "little") + raw, headers
+
+
 @pytest.mark.parametrize(
     "kind",
     [
         "v2",
+        "v2-binary",
         "v2-slash",
         "v2-version",
         "v2-unusual",
@@ -73,6 +90,7 @@ def sends(scene) -> dict:
         "root-kserve",
         "root-slash",
         "root-deflate",
+        "root-binary",
         "root-json",
         "root-jsonl",
         "root-file",
@@ -102,7 +120,10 @@ def test_every_rest_request_is_answered_by_the_pipeline(served, scene, kind):
 
 def results_of(kind: str, reply: requests.Response) -> list:
     """The one image's results, whatever the form of the answer."""
-    if kind.startswith(("v2", "root-kserve", "root-slash")):
+    if kind == "v2-binary":  # its output asked for as binary data: the results after the JSON, one BYTES element
+        assert reply.headers["content-type"] == "application/octet-stream", reply.headers
+        return [json.loads(reply.content[int(reply.headers["inference-header-content-length"]) + 4 :])]
+    if kind.startswith(("v2", "root-kserve", "root-slash", "root-binary")):
         return [reply.json()["outputs"][0]["data"][0]]
     if kind == "root-jsonl":
         return [json.loads(line)["output"] for line in reply.text.splitlines()]

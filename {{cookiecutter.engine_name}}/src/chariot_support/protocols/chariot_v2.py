@@ -27,13 +27,19 @@ JSONL_TYPES = ("application/jsonl", "application/x-ndjson", "application/ndjson"
 _CONTENT = re.compile(rb"\S")
 # Keys MLServer's Parameters reads as its own fields: as image parameters they would turn an image into text.
 _KEYS = ("input", "parameters")
-# The Open Inference Protocol's binary-data extension sends a JSON head whose inputs give their `binary_data_size`,
-# then the tensors' raw bytes: what tritonclient's HTTP client sends unless told binary_data=False.
+# The Open Inference Protocol's binary tensor data extension (protocols/v2_binary.py) sends a JSON head whose inputs
+# give their `binary_data_size`, then the tensors' bytes, with an Inference-Header-Content-Length header saying where
+# the JSON ends. Without the header the body reads as broken JSON: the message says what is missing instead.
 BINARY_DATA_MARK = b'"binary_data_size"'
 BINARY_DATA = (
-    "{where} is JSON followed by binary tensor data (the binary-data extension, which tritonclient uses by default),"
-    " and this engine reads JSON only: send the tensors as JSON, with tritonclient"
-    " `InferInput.set_data_from_numpy(array, binary_data=False)` (and `InferRequestedOutput(name, binary_data=False)`)"
+    "{where} is JSON followed by binary tensor data (the binary tensor data extension) without the"
+    " Inference-Header-Content-Length header, which gives the length of the JSON: send the header"
+)
+# chariot-v2's own binary form is the image file as the body.
+BINARY_ON_CHARIOT_V2 = (
+    "the request has an Inference-Header-Content-Length header: it is in the Open Inference Protocol's binary tensor"
+    " data extension, which this engine reads at /v2/models/<name>/infer; its /infer speaks chariot-v2"
+    " (CHARIOT_INFERENCE_PROTOCOL), whose binary form is the image file itself as the body"
 )
 
 

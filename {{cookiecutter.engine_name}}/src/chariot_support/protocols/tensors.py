@@ -72,6 +72,9 @@ def check_shape(shape: list[int], count: int, where: str) -> tuple[int, ...]:
 
 def decode_tensor(tensor: Any, where: str) -> np.ndarray:
     """Decode a non-image input to a numpy array of its datatype and shape, checking every value fits."""
+    data = tensor.data.root if hasattr(tensor.data, "root") else tensor.data
+    if isinstance(data, np.ndarray):  # binary tensor data (protocols/v2_binary.py), read as its datatype
+        return data.reshape(check_shape(list(tensor.shape), data.size, where))
     values = flat_data(tensor)
     shape = check_shape(tensor.shape, len(values), where)
     datatype = datatype_of(tensor)

@@ -69,18 +69,25 @@ def render(answer: Answer) -> bytes:
     """The V2 response's JSON text: each image's results as the one element of a BYTES output named as its input,
     metadata passed back on the request and on each image as it came."""
     answered = answer.answered
-    outputs = []
-    for name, results, metadata in zip(answered.names, answered.results, answered.image_metadata, strict=True):
-        output = {"name": name, "shape": [1], "datatype": "BYTES", "data": [orjson.Fragment(results)]}
-        if metadata is not None:
-            output["parameters"] = {"metadata": metadata}
-        outputs.append(output)
-    return orjson.dumps(
-        {
-            "model_name": answer.model_name,
-            "model_version": answer.model_version,
-            "id": answer.request_id,
-            "parameters": {"metadata": answered.metadata} if answered.metadata is not None else {},
-            "outputs": outputs,
-        }
-    )
+    images = zip(answered.names, answered.results, answered.image_metadata, strict=True)
+    return orjson.dumps(response(answer, [json_output(*image) for image in images]))
+
+
+def json_output(name: str, results: bytes, metadata: str | None) -> dict:
+    """One image's output, its results (JSON text) as the one element of its data."""
+    output = {"name": name, "shape": [1], "datatype": "BYTES", "data": [orjson.Fragment(results)]}
+    if metadata is not None:
+        output["parameters"] = {"metadata": metadata}
+    return output
+
+
+def response(answer: Answer, outputs: list[dict]) -> dict:
+    """The V2 response object around its `outputs`, with the request's metadata passed back."""
+    metadata = answer.answered.metadata
+    return {
+        "model_name": answer.model_name,
+        "model_version": answer.model_version,
+        "id": answer.request_id,
+        "parameters": {"metadata": metadata} if metadata is not None else {},
+        "outputs": outputs,
+    }

@@ -5,6 +5,7 @@ parser sees it."""
 from __future__ import annotations
 
 import asyncio
+import re
 import zlib
 from collections.abc import Callable
 
@@ -16,17 +17,20 @@ from chariot_support.rest.errors import send_error
 _BRACKETS = np.zeros(256, np.int8)
 _BRACKETS[[ord("["), ord("{")]] = 1
 _BRACKETS[[ord("]"), ord("}")]] = -1
+_CONTENT = re.compile(rb"\S")  # the first byte that is not whitespace
 
 
-def json_shape(body: bytes) -> tuple[int, int]:
-    """An upper bound on the number of values in a JSON document, and on its nesting depth, without parsing it:
-    a comma precedes every value but the first of a list or object, and brackets open and close levels. Commas and
-    brackets inside strings only raise the bounds (base64 holds neither). Runs at memchr speed."""
-    values = body.count(b",") + 1
-    opens = body.count(b"[") + body.count(b"{")
+def json_shape(body: bytes, end: int | None = None) -> tuple[int, int]:
+    """An upper bound on the number of values in a JSON document (the body's first `end` bytes, when it is followed
+    by binary data), and on its nesting depth, without parsing it: a comma precedes every value but the first of a
+    list or object, and brackets open and close levels. Commas and brackets inside strings only raise the bounds
+    (base64 holds neither). Runs at memchr speed."""
+    end = len(body) if end is None else end
+    values = body.count(b",", 0, end) + 1
+    opens = body.count(b"[", 0, end) + body.count(b"{", 0, end)
     if opens <= 64:  # no deeper than its count of opening brackets: an ordinary request stops here
         return values, opens
-    steps = _BRACKETS[np.frombuffer(body, np.uint8)]
+    steps = _BRACKETS[np.frombuffer(body, np.uint8, count=end)]
     steps = steps[steps != 0].astype(np.int32)
     return values, int(np.cumsum(steps).max())
 
@@ -52,13 +56,18 @@ def body_too_large(size: str, max_bytes: int) -> str:
     )
 
 
-async def shape_problem(body: bytes, *, max_elements: int, max_depth: int) -> tuple[int, str] | None:
+async def shape_problem(
+    body: bytes, *, max_elements: int, max_depth: int, end: int | None = None
+) -> tuple[int, str] | None:
     """The status and message refusing a body too deep or with too many values to parse, or None. A large body is
-    counted off the event loop, so health keeps answering. Only a JSON object or list is counted: an image file sent
-    as the body (chariot-v2) holds bracket bytes by chance, and nothing in it nests."""
-    if body.lstrip()[:1] not in (b"{", b"["):
+    counted off the event loop, so health keeps answering. Only a JSON object or list is counted, and only its JSON
+    (the first `end` bytes of a body in the binary tensor data extension): an image file holds bracket bytes by
+    chance, and nothing in it nests."""
+    size = len(body) if end is None else end
+    first = _CONTENT.search(body, 0, size)
+    if first is None or first[0] not in (b"{", b"["):
         return None
-    values, depth = await asyncio.to_thread(json_shape, body) if len(body) > 65536 else json_shape(body)
+    values, depth = await asyncio.to_thread(json_shape, body, end) if size > 65536 else json_shape(body, end)
     if depth > max_depth:
         return 400, f"the request body nests deeper than {max_depth} levels; no request needs that"
     if values > max_elements:

@@ -5,7 +5,7 @@ route.
 For each request the front owns what belongs to the connection: the framing check, the body limit and the process's
 body budget (counted before the bytes are buffered), chariot-v2 JSONL's line limit (counted while the body arrives),
 the body-shape guard, `{"error"}` bodies cut to length, the request log line and MLServer's HTTP metrics. It then
-hands the body to the route's protocol (protocols/v2_rest.py, chariot_v2.py, legacy.py), which reads it into the one request type,
+hands the body to the route's protocol (protocols/v2_rest.py, v2_binary.py, chariot_v2.py, legacy.py), which reads it into the one request type,
 asks the pipeline (serving/pipeline.py) for the answer, and renders it. CORS and gzip, when MLServer's settings turn them on,
 wrap the front's answers with the same Starlette middlewares MLServer puts in its app.
 """
@@ -23,8 +23,8 @@ from typing import Any
 from starlette.middleware.cors import CORSMiddleware
 from starlette.middleware.gzip import GZipMiddleware
 
-from chariot_support.errors import ChariotError, internal_error
-from chariot_support.protocols import chariot_v2, legacy
+from chariot_support.errors import BadRequest, ChariotError, internal_error
+from chariot_support.protocols import chariot_v2, legacy, v2_binary
 from chariot_support.protocols import v2_rest as v2
 from chariot_support.rest.bodies import (
     BOTH_FRAMINGS,
@@ -54,6 +54,7 @@ _WANTED = {
     b"content-type",
     b"content-encoding",
     chariot_v2.PARAMETERS_HEADER.encode(),
+    v2_binary.HEADER.encode(),
     *(name.encode() for name in REQUEST_ID_HEADERS),
 }
 
@@ -189,10 +190,12 @@ class InferenceFront:
                 body = await asyncio.to_thread(inflate, body, encoding, self.max_bytes, too_large)
                 await budget.reserve(len(body))
                 held += len(body)
-            problem = await shape_problem(body, max_elements=self.max_elements, max_depth=self.max_depth)
+            # A V2 body in the binary tensor data extension: JSON for its first `head` bytes, then tensor bytes.
+            head = v2_binary.head_length(headers.get(v2_binary.HEADER), len(body)) if kind != "v1" else None
+            problem = await shape_problem(body, max_elements=self.max_elements, max_depth=self.max_depth, end=head)
             if problem is not None:
                 return await send_error(send, *problem)
-            content, media_type, extra = await self._protocols[kind](body, match, headers)
+            content, media_type, extra = await self._protocols[kind](body, match, headers, head)
         except BodyTooLarge as refused:
             return await send_error(send, 413, str(refused))
         except SERVING_ERRORS as error:
@@ -210,24 +213,44 @@ class InferenceFront:
         await send({"type": "http.response.body", "body": content})
         return 200
 
-    async def _v2(self, body: bytes, match: re.Match, headers: dict[str, str]) -> tuple[bytes, str, dict]:
-        return await self._answer_v2(body, None, headers, match["name"], match["version"])
+    async def _v2(
+        self, body: bytes, match: re.Match, headers: dict[str, str], head: int | None
+    ) -> tuple[bytes, str, dict]:
+        return await self._answer_v2(body, None, headers, match["name"], match["version"], head)
 
     async def _answer_v2(
-        self, body: bytes, decoded: Any, headers: dict[str, str], name: str | None, version: str | None
+        self,
+        body: bytes,
+        decoded: Any,
+        headers: dict[str, str],
+        name: str | None,
+        version: str | None,
+        head: int | None = None,
     ) -> tuple[bytes, str, dict]:
-        """A V2 JSON body (`decoded`, when it is already read) answered; a large one is read off the loop."""
+        """A V2 body answered: JSON (`decoded`, when it is already read), or `head` bytes of JSON and then binary
+        tensor data; a large one is read off the loop. The answer is JSON unless the request asks for binary
+        outputs."""
 
-        def read() -> Any:
-            return v2.parse(v2.read_json(body) if decoded is None else decoded)
+        def read() -> tuple[Any, v2_binary.Outputs]:
+            if head is not None:
+                return v2_binary.parse(body, head, self.max_elements)
+            value, outputs = v2_binary.requested_outputs(v2.read_json(body) if decoded is None else decoded)
+            return v2.parse(value), outputs
 
-        request = await asyncio.to_thread(read) if len(body) > LARGE_BODY else read()
+        request, outputs = await asyncio.to_thread(read) if len(body) > LARGE_BODY else read()
         answer = await self.pipeline.answer(request, headers, name, version)
-        return v2.render(answer), "application/json", answer.headers
+        content, media_type, extra = v2_binary.render(answer, outputs)
+        return content, media_type, {**answer.headers, **extra}
 
-    async def _root(self, body: bytes, match: re.Match, headers: dict[str, str]) -> tuple[bytes, str, dict]:
+    async def _root(
+        self, body: bytes, match: re.Match, headers: dict[str, str], head: int | None
+    ) -> tuple[bytes, str, dict]:
         """The root /infer: chariot-v2-kserve or chariot-v2, as CHARIOT_INFERENCE_PROTOCOL pins it or the request
-        shows it."""
+        shows it. A body in the binary tensor data extension is chariot-v2-kserve's."""
+        if head is not None:
+            if self.protocol is chariot_v2.Protocol.CHARIOT_V2:
+                raise BadRequest(chariot_v2.BINARY_ON_CHARIOT_V2)
+            return await self._answer_v2(body, None, headers, None, None, head)
         content_type = headers.get("content-type")
         parameters = headers.get(chariot_v2.PARAMETERS_HEADER)
 
@@ -244,7 +267,9 @@ class InferenceFront:
         content, media_type = chariot_v2.render(list(answer.answered.results), sent.form)
         return content, media_type, answer.headers
 
-    async def _v1(self, body: bytes, match: re.Match, headers: dict[str, str]) -> tuple[bytes, str, dict]:
+    async def _v1(
+        self, body: bytes, match: re.Match, headers: dict[str, str], head: int | None
+    ) -> tuple[bytes, str, dict]:
         """KServe V1 and TensorFlow Serving: `/v1/models/<name>[/versions/<v>]:<verb>`."""
         path = match["path"]
         verb = legacy.VERB_PATH.fullmatch(path)

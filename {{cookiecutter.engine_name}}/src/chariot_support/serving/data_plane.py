@@ -19,6 +19,7 @@ from mlserver.types import (
 
 from chariot_support import model_id as model_id_rule
 from chariot_support.errors import ChariotError, DoesNotStream, NotFound
+from chariot_support.protocols import v2_binary
 from chariot_support.seams.mlserver import (
     SERVING_ERRORS,
     DataPlane,
@@ -29,6 +30,8 @@ from chariot_support.serving.pipeline import Pipeline
 from chariot_support.settings import EngineSettings
 
 logger = logging.getLogger("chariot_support")
+
+EXTENSIONS = (v2_binary.EXTENSION,)
 
 
 class ChariotDataPlane:
@@ -49,7 +52,11 @@ class ChariotDataPlane:
         return await self._inner.live()
 
     async def metadata(self) -> MetadataServerResponse:
-        return await self._inner.metadata()
+        """MLServer's server metadata, with the extensions the engine serves beside MLServer's (REST reads the
+        binary tensor data extension, protocols/v2_binary.py)."""
+        metadata = await self._inner.metadata()
+        extensions = [*metadata.extensions, *(e for e in EXTENSIONS if e not in metadata.extensions)]
+        return metadata.model_copy(update={"extensions": extensions})
 
     async def infer_stream(self, payload: Any, name: str, version: str | None = None):
         raise DoesNotStream()

@@ -311,8 +311,12 @@ def test_a_client_that_leaves_its_answer_unread_is_cut_after_the_body_timeout(sh
     run(check)
 
 
-def test_a_late_head_gets_408_and_is_counted_in_one_log_line(short_deadlines, monkeypatch, caplog):
+def test_a_late_head_gets_408_and_is_counted_in_one_log_line_and_the_metrics(short_deadlines, monkeypatch, caplog):
+    from prometheus_client import REGISTRY
+
     monkeypatch.setattr(connections, "LOG_EVERY", 0.1)
+    connections.refused_connections()  # made, as the engine makes it on its first refusal
+    counted = REGISTRY.get_sample_value("chariot_rest_refused_total", {"reason": "head_late"}) or 0
 
     async def check():
         state = ServerState()
@@ -330,6 +334,7 @@ def test_a_late_head_gets_408_and_is_counted_in_one_log_line(short_deadlines, mo
         run(check)
     lines = [r for r in caplog.records if "closed 3 connections" in r.getMessage()]
     assert len(lines) == 1 and lines[0].fields == {"closed_connections": {"head_late": 3}}, caplog.text
+    assert REGISTRY.get_sample_value("chariot_rest_refused_total", {"reason": "head_late"}) == counted + 3
 
 
 def test_the_engines_protocol_builds_on_uvicorns(short_deadlines):

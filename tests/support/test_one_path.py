@@ -259,3 +259,10 @@ def test_a_bad_request_is_refused_at_once_while_the_model_is_busy(scene):
                 # Measured here: 2-4 ms each; waiting for the thread would take the rest of the 3 s predict.
                 assert took < 0.5, (case, took)
             assert slow.result(timeout=30).status_code == 200
+
+
+def test_a_method_not_allowed_is_logged_with_the_request_id(served):
+    _, engine = served
+    refused = requests.get(f"{engine.url}/v2/models/m-demo/infer", headers={"X-Request-ID": "get-405"}, timeout=10)
+    assert refused.status_code == 405
+    assert '"request_id": "get-405"' in engine.log(), "the 405 should be logged with the request's id"

@@ -13,7 +13,6 @@ import numpy as np
 import orjson
 
 from chariot_support.errors import BadRequest, NotImplementedByModel
-from chariot_support.model.base import has_explain
 from chariot_support.model.tasks import TaskType
 from chariot_support.protocols.chariot_v2_kserve import decode_base64, refuse_reserved
 from chariot_support.protocols.request import Answer, Tensor
@@ -212,18 +211,19 @@ def _request(rows: list[Row], shared: dict) -> V2Request:
     )
 
 
-def check_verb(verb: str, model_class: type) -> None:
-    """Refuse a verb the engine's model cannot answer, saying which one would do."""
-    task = model_class.task_type
+def check_verb(verb: str, model: Any) -> None:
+    """Refuse a verb the engine's model (its `name`, `task` and whether it `explains`) cannot answer, saying which
+    one would do."""
+    task = model.task
     if verb == "regress":
         raise BadRequest(f"this engine does not regress: its model gives {task.value} results; use :predict")
     if verb == "classify" and task is not TaskType.IMAGE_CLASSIFICATION:
         raise BadRequest(
             f":classify is for Image Classification and this model gives {task.value} results; use :predict"
         )
-    if verb == "explain" and not has_explain(model_class):
+    if verb == "explain" and not model.explains:
         raise NotImplementedByModel(
-            f"this engine's model ({model_class.__name__}) has no explain method; :predict works, or add"
+            f"this engine's model ({model.name}) has no explain method; :predict works, or add"
             " explain(images, tensors, results) to the model"
         )
 

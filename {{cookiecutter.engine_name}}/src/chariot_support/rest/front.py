@@ -13,6 +13,7 @@ wrap the front's answers with the same Starlette middlewares MLServer puts in it
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import logging
 import re
@@ -39,7 +40,14 @@ from chariot_support.rest.errors import send_error
 from chariot_support.seams.mlserver import SERVING_ERRORS, HTTPMetrics
 from chariot_support.seams.uvicorn import ANSWERED
 from chariot_support.serving.admission import LARGE_BODY, BodyBudget
-from chariot_support.serving.logs import REQUEST_ID_HEADERS, header_request_id, log_request, request_entry
+from chariot_support.serving.logs import (
+    REQUEST_ID_HEADERS,
+    header_request_id,
+    log_request,
+    note_request_id,
+    request_entry,
+)
+from chariot_support.serving.pipeline import request_id_of
 from chariot_support.settings import EngineSettings
 
 logger = logging.getLogger("chariot_support")
@@ -123,7 +131,7 @@ class InferenceFront:
             path=scope["path"],
             status=status,
             started=started,
-            request_id=None,
+            request_id=header_request_id({k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}),
             model=self.pipeline.model_name,
         )
 
@@ -277,10 +285,13 @@ class InferenceFront:
             known = ", ".join(f":{v}" for v in legacy.VERBS)
             raise ChariotError(f"no route for POST /v1/models/{path}; the verbs are {known}", 404)
         name = verb["verb"]
-        legacy.check_verb(name, await self.pipeline.model_class(verb["name"]))
+        # The request's id by the pipeline's rule, before the model is looked up: a 404 is logged with it too.
+        request_id = request_id_of(None, headers)
+        note_request_id(request_id)
+        legacy.check_verb(name, await self.pipeline.served(verb["name"]))
         read = legacy.read_classify if name == "classify" else legacy.read_predict
         # Reading a body of pixel lists takes long enough to hold up health checks: off the loop.
-        request = await asyncio.to_thread(lambda: read(legacy.read_body(body)))
+        request = await asyncio.to_thread(lambda: dataclasses.replace(read(legacy.read_body(body)), id=request_id))
         answer = await self.pipeline.answer(request, headers, verb["name"], verb["version"], explain=name == "explain")
         return legacy.render(name, answer), "application/json", answer.headers
 

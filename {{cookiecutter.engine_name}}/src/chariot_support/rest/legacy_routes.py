@@ -78,13 +78,13 @@ def install_legacy_routes(app: FastAPI, pipeline: Any) -> None:
             return error_response(404, f"no route for GET /v1/models/{path}")
         try:
             model = await pipeline.model(match["name"], match["version"])
-            model_class = await pipeline.model_class(match["name"])
+            served = await pipeline.served(match["name"])
         except SERVING_ERRORS as error:
             error = unwrap_worker_error(error)
             return error_response(error.status_code, str(error))
         version = model.version or "1"
         if match["metadata"]:
-            return json_response(model_metadata(match["name"], version, model_class.task_type))
+            return json_response(model_metadata(match["name"], version, served.task))
         return json_response(model_status(match["name"], version, model.ready), 200 if model.ready else 503)
 
     app.add_api_route("/v1/models", list_models, methods=["GET"])

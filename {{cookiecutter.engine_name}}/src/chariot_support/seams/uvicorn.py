@@ -32,6 +32,21 @@ HEALTH_PATHS = (b"/v2/health/live", b"/v2/health/ready", b"/ready")
 LOG_EVERY = 10.0
 
 
+@functools.cache
+def refused_connections():
+    """The metrics server's count of REST connections the engine closed or refused itself, by reason (a late head, a
+    slow body, an unread answer, a full table, too many requests): made on first use, once MLServer has chosen the
+    registry's storage."""
+    from prometheus_client import REGISTRY, Counter
+
+    return Counter(
+        "chariot_rest_refused",
+        "REST connections and requests the engine refused or cut before they reached the app, by reason",
+        ["reason"],
+        registry=REGISTRY,
+    )
+
+
 class ConnectionTable:
     """One server's open connections, the one whose last sign of life is oldest first (see
     IdleLimitedProtocol._touch), and how many it closed since its last log line about them, by reason."""
@@ -41,6 +56,7 @@ class ConnectionTable:
         self.closed: dict[str, int] = {}
 
     def count_closed(self, loop, reason: str) -> None:
+        refused_connections().labels(reason).inc()
         if not self.closed:
             loop.call_later(LOG_EVERY, self._log_closed)
         self.closed[reason] = self.closed.get(reason, 0) + 1

@@ -7,9 +7,9 @@ CHARIOT_PREDICT_TIMEOUT."""
 from __future__ import annotations
 
 import asyncio
-import functools
 import uuid
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from chariot_support.errors import BadRequest, ChariotError, ModelLoading
@@ -25,7 +25,6 @@ from chariot_support.seams.mlserver import (
 )
 from chariot_support.serving.admission import LARGE_BODY
 from chariot_support.serving.logs import id_header, note_request_id
-from chariot_support.serving.runtime import import_model_class
 
 # The longest request id taken from a body or a header: it is echoed in the answer, its headers and the log.
 MAX_REQUEST_ID = 256
@@ -97,10 +96,10 @@ class Pipeline:
             return await asyncio.to_thread(parse_request, request, task, limits)
         return parse_request(request, task, limits)
 
-    async def model_class(self, name: str | None = None) -> type:
-        """The author's model class (its task type, whether it explains)."""
-        model = await self.model(name or self.model_name, None)
-        return _model_class(model.settings.parameters.extra["model_class"])
+    async def served(self, name: str | None = None) -> Served:
+        """What the model `name` reaches is (its task type, whether it explains), read from its settings: the model's
+        own module is never imported here, where parallel workers would not need it."""
+        return _served(await self.model(name or self.model_name, None))
 
     async def answer(
         self,
@@ -140,7 +139,7 @@ class Pipeline:
             async with served_inference(self._inner, model, model.version) as served:
                 # Checked here, before the request waits for a thread, a batch or a parallel worker: a bad request
                 # is told so at once, never queued behind the model's work.
-                parsed = await self._parse(request, TaskType(model.settings.parameters.extra["task_type"]))
+                parsed = await self._parse(request, _served(model).task)
                 try:
                     answered = await call_runtime(served, "answer", parsed, request_id, explain)
                 except SERVING_ERRORS as error:
@@ -154,6 +153,15 @@ def _encoded_bytes(request: Request) -> int:
     return sum(len(value) for tensor in request.inputs for value in tensor.data[:1] if isinstance(value, (str, bytes)))
 
 
-@functools.cache
-def _model_class(path: str) -> type:
-    return import_model_class(path)
+@dataclass(frozen=True)
+class Served:
+    """What a served model is, as its settings say: its class's name, task type, and whether it explains."""
+
+    name: str
+    task: TaskType
+    explains: bool
+
+
+def _served(model: Any) -> Served:
+    extra = model.settings.parameters.extra
+    return Served(extra["model_class"].rpartition(":")[2], TaskType(extra["task_type"]), bool(extra.get("explains")))

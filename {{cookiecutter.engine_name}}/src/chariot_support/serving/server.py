@@ -20,7 +20,7 @@ from chariot_support import model_id as model_id_rule
 from chariot_support.errors import BadSettings, ModelLoadFailed
 from chariot_support.grpc.limits import CallLimits
 from chariot_support.grpc.service import ChariotInferenceServicer
-from chariot_support.model.base import ChariotModel
+from chariot_support.model.base import ChariotModel, has_explain
 from chariot_support.rest.app import install_rest_app
 from chariot_support.rest.legacy_routes import install_legacy_routes
 from chariot_support.seams.mlserver import (
@@ -126,6 +126,7 @@ def model_settings(model_class: type[ChariotModel], model_id: str, engine: Engin
             extra={
                 "model_class": f"{model_class.__module__}:{model_class.__qualname__}",
                 "task_type": model_class.task_type.value,  # the pipeline checks requests by it, without the model
+                "explains": has_explain(model_class),
                 "engine_settings": engine.to_json(),
             },
         ),

@@ -12,7 +12,8 @@ from pycocotools import mask as coco_mask
 from chariot_support.dev.testing import run_demo_engine
 from chariot_support.evaluate import cli as evaluate
 from chariot_support.evaluate.data import Dataset, Sample
-from chariot_support.evaluate.metrics import Bound, bleu_weights, gate, score, text_score
+from chariot_support.evaluate.metrics import Bound, gate, score
+from chariot_support.evaluate.text import bleu_weights, text_score
 from chariot_support.model.tasks import TaskType
 
 SCENES = scenes(4, seed=3)

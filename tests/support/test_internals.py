@@ -21,6 +21,7 @@ from mlserver.types import InferenceRequest, InferenceResponse
 
 from chariot_support.errors import ModelLoadFailed
 from chariot_support.seams import mlserver as internals
+from chariot_support.seams.metrics import HTTPMetrics
 
 
 def holds(condition: bool, what: str) -> None:
@@ -498,7 +499,7 @@ def test_the_engine_server_builds_and_starts_mlservers_servers_from_its_parts(re
             "MLServer's REST server no longer answers from the engine's _model_repository_handlers",
         )
         holds(
-            internals.HTTPMetrics.find(rest_app.build_middleware_stack()) is not None,
+            HTTPMetrics.find(rest_app.build_middleware_stack()) is not None,
             "MLServer's REST app no longer counts requests with starlette_exporter's PrometheusMiddleware, in which the"
             " engine counts the requests it answers before that middleware",
         )
@@ -763,7 +764,7 @@ def test_mlservers_http_metrics_are_where_the_inference_front_counts_them():
 
     exporter = PrometheusMiddleware(inner, app_name="mlserver", prefix="canary_rest")
     outer = type("Layer", (), {"app": exporter})()  # a middleware holding the exporter as the next layer
-    metrics = internals.HTTPMetrics.find(outer)
+    metrics = HTTPMetrics.find(outer)
     holds(metrics is not None, "starlette_exporter's PrometheusMiddleware is no longer found by its class")
     metrics.started("POST")
     metrics.finished("POST", "/v2/models/{model_name}/infer", 200, 0.25)

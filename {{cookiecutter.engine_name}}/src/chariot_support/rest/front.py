@@ -37,7 +37,8 @@ from chariot_support.rest.bodies import (
     shape_problem,
 )
 from chariot_support.rest.errors import send_error
-from chariot_support.seams.mlserver import SERVING_ERRORS, HTTPMetrics
+from chariot_support.seams.metrics import HTTPMetrics
+from chariot_support.seams.mlserver import SERVING_ERRORS
 from chariot_support.seams.uvicorn import ANSWERED
 from chariot_support.serving.admission import LARGE_BODY, BodyBudget
 from chariot_support.serving.logs import (

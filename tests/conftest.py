@@ -8,11 +8,21 @@ need it on their path too.
 import os
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from baking import TASKS, bake
 from template_paths import SUPPORT_SRC
 
 os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(SUPPORT_SRC), os.environ.get("PYTHONPATH")]))
+
+# Property tests draw the same examples on every run (`ci`, the default), so that a run's result is the code's, not
+# the draw's; a failure prints the blob that replays it (@reproduce_failure). HYPOTHESIS_PROFILE=explore draws fresh
+# examples, ten times as many of each test's (fuzzing.examples scales them), to look for what the fixed ones miss.
+# No deadline: engines answer on a shared machine, and how long an example takes is not what these tests check.
+_PROFILE = {"deadline": None, "database": None, "print_blob": True, "suppress_health_check": [HealthCheck.too_slow]}
+settings.register_profile("ci", derandomize=True, max_examples=100, **_PROFILE)
+settings.register_profile("explore", derandomize=False, max_examples=1000, **_PROFILE)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
 @pytest.fixture(scope="session")

@@ -5,12 +5,15 @@ from the template folder (pytest.ini puts it on the path) and tested without bak
 need it on their path too.
 """
 
+import contextlib
 import os
 
 import pytest
 from hypothesis import HealthCheck, settings
 
 from baking import TASKS, bake
+from chariot_support.dev.testing import run_demo_engine
+from chariot_support.model.tasks import TaskType
 from template_paths import SUPPORT_SRC
 
 os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(SUPPORT_SRC), os.environ.get("PYTHONPATH")]))
@@ -36,3 +39,22 @@ def baked(tmp_path_factory):
         return engines[task]
 
     return bake_once
+
+
+@pytest.fixture(scope="session")
+def demo_engine():
+    """demo_engine(task, env) -> the demo engine of `task` (a TaskType or its name) started with `env` (MLSERVER_* or
+    CHARIOT_* variables), started when first wanted and shared by every test of the session that wants the same one.
+    A test that stops, overloads or reconfigures its engine starts one of its own instead."""
+    with contextlib.ExitStack() as stack:
+        started = {}
+
+        def shared(task, env: dict[str, str] | None = None):
+            key = (TaskType(task), tuple(sorted((env or {}).items())))
+            if key not in started:
+                started[key] = stack.enter_context(run_demo_engine(key[0], env=env))
+            running = started[key]
+            assert running.alive(), f"the shared {key[0].value} engine {dict(key[1])} was stopped by a test"
+            return running
+
+        yield shared

@@ -104,6 +104,14 @@ def number(datatype: str, data: list, shape: list | None = None, name: str = "x"
 
 
 GOOD = request()
+# The engine's REST configurations: as it starts, with MLServer's CORS headers (MLSERVER_CORS_SETTINGS holds
+# MLServer's CORSSettings as a JSON object), and with MLServer's reply compression on.
+CONFIGURATIONS = {
+    "default": {},
+    "cors": {"MLSERVER_CORS_SETTINGS": '{"allow_origins": ["http://app.example"]}'},
+    "gzip": {"MLSERVER_GZIP_ENABLED": "true"},
+}
+BROWSER = {"Origin": "http://app.example"}  # a browser's cross-origin request, which CORS answers
 
 
 @dataclass(frozen=True)

@@ -261,6 +261,13 @@ CASES: list[Case] = [
         "unknown action", request(image(parameters={"action": "explode"})), "input 'image-0'", "'explode'", "allowed:"
     ),
     case("action not a string", request(image(parameters={"action": 5})), "input 'image-0'", "unknown action 5"),
+    # An answer long enough that MLServer's gzip (MLSERVER_GZIP_ENABLED) compresses it: 500 bytes and more.
+    case(
+        "unknown action at length",
+        request(image(parameters={"action": "explode" * 80})),
+        "input 'image-0'",
+        "unknown action 'explodeexplode",
+    ),
     case("unknown request action", request(action="explode"), "'explode'", "request parameters"),
     case(
         "score_threshold a word",

@@ -229,24 +229,6 @@ def test_reserved_parameter_names_are_refused(engine, image):
     error_of(reply, "'content_type'")
 
 
-# --- request ids --------------------------------------------------------------------------------------------
-
-
-def test_base_id_is_the_request_id_in_the_log(engine, task, image):
-    base = f"base-{task.name.lower()}-v2"
-    reply = post(
-        engine,
-        json.dumps({"input": image, "parameters": settings(task)}),
-        "application/json",
-        **{"Chariot-Inference-Base-ID": base},
-    )
-    assert reply.status_code == 200, reply.text
-    assert reply.headers["x-request-id"] == base
-    log = engine.wait_for_log(f'"request_id": "{base}"')
-    line = next(json.loads(entry) for entry in log.splitlines() if base in entry and '"path"' in entry)
-    assert line["path"] == "/infer" and line["status"] == 200
-
-
 # --- CHARIOT_INFERENCE_PROTOCOL ---------------------------------------------------------------------------
 
 

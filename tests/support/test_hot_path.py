@@ -51,14 +51,6 @@ def test_a_plain_and_an_unusual_body_get_the_same_answer(segmenter, scene):
     assert cloud_events["ce-id"] == "one" and cloud_events["ce-modelid"] == "m-demo"
 
 
-def test_the_request_id_comes_from_the_body_then_the_header_then_is_made(segmenter, scene):
-    body = chariot_request(image_input("image-0", scene.pixels))
-    assert infer(segmenter, {**body, "id": "from-body"}, **{"x-request-id": "from-header"}).json()["id"] == "from-body"
-    assert infer(segmenter, body, **{"x-request-id": "from-header"}).json()["id"] == "from-header"
-    made = infer(segmenter, body).json()["id"]
-    assert re.fullmatch(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", made), made
-
-
 def test_served_inferences_count_in_mlservers_metrics(segmenter, scene):
     before = successes(segmenter)
     body = chariot_request(image_input("image-0", scene.pixels))

@@ -7,12 +7,13 @@ need it on their path too.
 
 import contextlib
 import os
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
 
 from baking import TASKS, bake
-from chariot_support.dev.testing import run_demo_engine
+from chariot_support.dev.testing import engine_package, run_demo_engine, run_engine
 from chariot_support.model.tasks import TaskType
 from template_paths import SUPPORT_SRC
 
@@ -56,5 +57,22 @@ def demo_engine():
             running = started[key]
             assert running.alive(), f"the shared {key[0].value} engine {dict(key[1])} was stopped by a test"
             return running
+
+        yield shared
+
+
+@pytest.fixture(scope="session")
+def baked_engine(baked):
+    """baked_engine(task) -> the engine `baked(task)` made, serving its demo model as its own package, started when
+    first wanted and shared for the session."""
+    with contextlib.ExitStack() as stack:
+        started = {}
+
+        def shared(task: str):
+            if task not in started:
+                src = Path(baked(task)) / "src"
+                started[task] = stack.enter_context(run_engine(engine_package(src), src=src))
+            assert started[task].alive(), f"the shared baked {task} engine was stopped by a test"
+            return started[task]
 
         yield shared

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from baking import TASKS, model_name
-from chariot_support.dev.testing import engine_package, run_engine
+from chariot_support.dev.testing import run_engine
 
 HERE = Path(__file__).parent
 
@@ -53,10 +53,8 @@ def run_checks(checks: str, engine, *, model: str, task: str) -> str:
 
 
 @pytest.mark.parametrize("task", TASKS)
-def test_tritonclient_gets_rest_results_and_oip_answers_from_every_task_type(baked, task):
-    src = Path(baked(task)) / "src"
-    with run_engine(engine_package(src), src=src) as engine:
-        run_checks("tritonclient_checks.py", engine, model=model_name(task), task=task)
+def test_tritonclient_gets_rest_results_and_oip_answers_from_every_task_type(baked_engine, task):
+    run_checks("tritonclient_checks.py", baked_engine(task), model=model_name(task), task=task)
 
 
 def test_tritonclient_sees_a_failing_predict_as_internal():

@@ -76,3 +76,11 @@ def baked_engine(baked):
             return started[task]
 
         yield shared
+
+
+@pytest.fixture(scope="session")
+def faulty_engine():
+    """The engine of tests/support/faulty_engine (a model whose predict misbehaves as a request asks), as it starts,
+    shared for the session by the tests that only send it requests."""
+    with run_engine("faulty_engine", src=Path(__file__).parent / "support") as running:
+        yield running

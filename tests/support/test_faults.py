@@ -22,8 +22,10 @@ PIXELS = np.zeros((32, 48, 3), np.uint8)
 
 @pytest.fixture(scope="module", params=["in-process", "parallel-workers"])
 def engine(request):
-    env = {"MLSERVER_PARALLEL_WORKERS": "2"} if request.param == "parallel-workers" else {}
-    with run_engine("faulty_engine", src=HERE, env=env) as running:
+    if request.param == "in-process":
+        yield request.getfixturevalue("faulty_engine")
+        return
+    with run_engine("faulty_engine", src=HERE, env={"MLSERVER_PARALLEL_WORKERS": "2"}) as running:
         yield running
 
 

@@ -53,9 +53,8 @@ def grpc_infer(engine, request_id, data):
 
 
 @pytest.fixture(scope="module")
-def engine():
-    with run_engine("faulty_engine", src=HERE) as running:
-        yield running
+def engine(faulty_engine):
+    return faulty_engine
 
 
 def test_every_line_on_stdout_is_json_with_time_level_and_message(engine):

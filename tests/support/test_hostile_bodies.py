@@ -82,7 +82,9 @@ def test_a_jsonl_body_of_only_blank_lines_is_read_without_holding_the_engine(eng
     status_line, _, rest = answer.partition(b"\r\n")
     assert status_line.startswith(b"HTTP/1.1 400"), answer[:300]
     assert "empty" in json.loads(rest.partition(b"\r\n\r\n")[2])["error"]
-    assert took < 10, f"the answer took {took:.1f} s"
+    # The answer took 0.50, 0.48 and 0.47 s in three runs on this 2-CPU machine, its slowest health answer 0.16, 0.21
+    # and 0.15 s (a second is what a health probe waits).
+    assert took < 1.5, f"the answer took {took:.1f} s"
     assert probe.worst < 1.0 and not probe.failures, (probe.worst, probe.failures[:3])
 
 

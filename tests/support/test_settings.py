@@ -71,6 +71,8 @@ def test_the_engine_is_built_from_the_settings_it_was_handed_whatever_the_enviro
 def test_defaults_and_values_read_from_the_environment():
     defaults = EngineSettings.from_env({})
     assert defaults.predict_timeout == 60.0 and defaults.repository_api is False and defaults.threads >= 1
+    # The slow-client tests run with shorter read deadlines; these are the ones an engine starts with.
+    assert (defaults.header_timeout, defaults.body_timeout, defaults.min_body_rate) == (10.0, 10.0, 1)
     chosen = EngineSettings.from_env(
         {"CHARIOT_PREDICT_TIMEOUT": "2.5", "CHARIOT_REPOSITORY_API": "1", "CHARIOT_THREADS": "3", "MODEL_DIR": "/m"}
     )

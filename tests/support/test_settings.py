@@ -1,5 +1,6 @@
 """The engine's settings are one typed object read once, and the engine README's table of variables matches it."""
 
+import asyncio
 import re
 from pathlib import Path
 
@@ -58,7 +59,11 @@ def test_the_engine_is_built_from_the_settings_it_was_handed_whatever_the_enviro
         "CHARIOT_GRPC_READ_TIMEOUT": "30",
     }.items():
         monkeypatch.setenv(name, value)
-    server = build_server(FaultyModel, "faulty", handed)
+
+    async def build():  # on an event loop, as the engine builds its server: MLServer sets signal handlers on it
+        return build_server(FaultyModel, "faulty", handed)
+
+    server = asyncio.run(build())
     assert server.engine is handed
     # The runtime gets them with the model's settings, in this process or a parallel worker.
     assert EngineSettings.from_json(server.model.parameters.extra["engine_settings"]) == handed

@@ -29,6 +29,13 @@ settings.register_profile("explore", derandomize=False, max_examples=1000, **_PR
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
+def pytest_collection_modifyitems(items):
+    """A test that takes a baked engine (`baked`, `baked_engine`) is a `bake` test, however it is written."""
+    for item in items:
+        if {"baked", "baked_engine"} & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.bake)
+
+
 @pytest.fixture(scope="session")
 def baked(tmp_path_factory):
     """bake(task) -> the folder of an engine of that task type, baked once per test session."""

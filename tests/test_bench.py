@@ -66,6 +66,7 @@ def test_load_generator_drives_the_baseline_and_the_server_is_measured(baseline,
     assert result["cpu_ms"] > 0 and result["rss_mb"] > 10
 
 
+@pytest.mark.bake
 def test_against_a_commit_the_baseline_is_the_engine_baked_from_that_commits_template(tmp_path):
     sha, template = run.template_at("HEAD", tmp_path)
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=TEMPLATE_ROOT, capture_output=True, text=True, check=True)

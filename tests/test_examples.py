@@ -275,6 +275,7 @@ def test_the_yolo_example_letterboxes_suppresses_and_maps_boxes_back(tmp_path, n
     )
 
 
+@pytest.mark.bake
 def test_an_example_serves_in_a_baked_engine_whose_suite_stays_green(tmp_path):
     root = bake("Object Detection", tmp_path)
     package = root.name.replace("-", "_")

@@ -20,6 +20,8 @@ import skimage.data
 from baking import bake
 from chariot_support.dev.testing import engine_package, run_engine
 
+pytestmark = pytest.mark.bake
+
 REAL_MODELS = Path(__file__).parent / "real_models"
 # The wheels that carry the weights, and the files each gives MODEL_DIR.
 WHEELS = {

@@ -15,6 +15,8 @@ from mlserver.grpc.dataplane_pb2_grpc import GRPCInferenceServiceStub
 
 from chariot_support.dev.testing import grpc_request, run_engine
 
+pytestmark = pytest.mark.hostile
+
 URL = "/v2/models/m-faulty/infer"
 
 

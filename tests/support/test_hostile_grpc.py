@@ -22,6 +22,8 @@ from hostile import HERE, RSSGuard, peak_rss_mib, rss_mib, wait_until
 
 from chariot_support.dev.testing import run_engine
 
+pytestmark = pytest.mark.hostile
+
 LIMIT_MIB = 1536
 # grpc-status values as a raw HTTP/2 client reads them
 DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED, UNAVAILABLE = "4", "8", "14"

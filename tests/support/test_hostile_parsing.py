@@ -9,6 +9,8 @@ from hostile import HERE, HealthProbe
 
 from chariot_support.dev.testing import run_engine
 
+pytestmark = pytest.mark.hostile
+
 
 @pytest.fixture(scope="module")
 def engine():

@@ -10,11 +10,14 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
+import pytest
 import requests
 from hostile import HERE, HealthProbe, RSSGuard, peak_rss_mib, rss_mib, wait_until
 
 from chariot_support.dev.testing import chariot_request, image_input, run_engine
 from chariot_support.settings import EngineSettings
+
+pytestmark = pytest.mark.hostile
 
 DEFAULTS = EngineSettings()
 # Seconds of CHARIOT_HEADER_TIMEOUT and CHARIOT_BODY_TIMEOUT for the trickling clients. The body's stays past

@@ -6,10 +6,13 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
+import pytest
 import requests
 from hostile import HERE, threads, wait_until
 
 from chariot_support.dev.testing import chariot_request, image_input, run_engine
+
+pytestmark = pytest.mark.hostile
 
 PIXELS = np.zeros((32, 48, 3), np.uint8)
 

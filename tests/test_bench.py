@@ -54,6 +54,7 @@ def test_baseline_answers_with_what_the_demo_model_finds(baseline):
     assert [(r["label"], r["xmin"], r["ymin"], r["xmax"], r["ymax"]) for r in results] == [("green", 20, 10, 70, 40)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("protocol", ["rest", "grpc"])
 def test_load_generator_drives_the_baseline_and_the_server_is_measured(baseline, tmp_path, protocol):
     # Enough work (40 VGA images) that the server's CPU time spans many of /proc's 10 ms ticks.
@@ -123,6 +124,7 @@ def test_summary_table_and_csv(tmp_path):
     assert float(written[0]["engine_median"]) == 100 and written[0]["met"] == "False"
 
 
+@pytest.mark.slow
 def test_batching_bench_drives_the_fixed_cost_engine_off_and_on(capsys):
     import batching
 

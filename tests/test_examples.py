@@ -152,6 +152,7 @@ def test_segmentation_outlines_where_the_model_puts_a_class(tmp_path):
     assert answer(model, as_image(picture(64, 64, (0, 0, 255)))) == [], "nothing red, no region"
 
 
+@pytest.mark.slow
 def test_the_transformers_example_answers_each_prompt(tmp_path):
     import torch
     from transformers import BertTokenizer, BlipConfig, BlipForQuestionAnswering, BlipImageProcessor, BlipProcessor

@@ -17,6 +17,7 @@ ROOT = HERE.parent
 KSERVE_PYTHON = ROOT / ".venv-kserve" / "bin" / "python"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("task", list(TaskType), ids=lambda t: t.name.lower())
 def test_kserve_sdk_reads_health_results_and_errors(demo_engine, task):
     assert KSERVE_PYTHON.exists(), (

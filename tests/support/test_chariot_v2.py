@@ -262,6 +262,7 @@ def test_an_unknown_protocol_stops_the_engine():
             pass
 
 
+@pytest.mark.slow
 def test_chariot_v2_with_parallel_workers(image):
     """With parallel workers the model lives in another process; chariot-v2 reaches it as V1 and V2 do."""
     with run_demo_engine(TaskType.OBJECT_DETECTION, env={"MLSERVER_PARALLEL_WORKERS": "2"}) as running:

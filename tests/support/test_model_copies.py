@@ -81,6 +81,7 @@ def most_at_once(spans) -> int:
     return most
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("copies", [1, 2])
 def test_copies_answer_at_the_same_time(copies):
     """Four requests at once: each copy runs one predict at a time, and the copies run side by side, as the model
@@ -103,6 +104,7 @@ def test_a_thread_safe_model_is_one_instance_with_a_share_of_the_cores():
     assert len({copy for copy, _ in answers}) == 1 and {t for _, t in answers} == {1}
 
 
+@pytest.mark.slow
 def test_a_copy_stuck_past_the_timeout_leaves_the_others_serving():
     env = {"CHARIOT_MODEL_COPIES": "2", "CHARIOT_THREADS": "4", "CHARIOT_PREDICT_TIMEOUT": "1"}
     hang = json.dumps(chariot_request(image_input("image-0", PIXELS, fault="hang", seconds=4)))

@@ -6,6 +6,7 @@ that it waits for gRPC calls in flight."""
 import json
 
 import numpy as np
+import pytest
 import requests
 from hostile import HERE, wait_until
 
@@ -34,6 +35,7 @@ def settings_line(entries: list[dict]) -> dict:
     return line
 
 
+@pytest.mark.slow
 def test_while_workers_load_the_engine_answers_503_with_retry_after_and_every_process_logs_json():
     # The workers take 4 s to load the model; the checks below take well under a second once REST answers.
     env = {"MLSERVER_PARALLEL_WORKERS": str(WORKERS), "FAULTY_LOAD_SECONDS": "4", "CHARIOT_THREADS": "2"}

@@ -160,7 +160,8 @@ def test_a_full_table_closes_the_connection_idle_longest_never_a_request_in_flig
         "CHARIOT_THREADS": "4",
         "CHARIOT_KEEP_ALIVE": "30",
     }
-    slow = json.dumps(chariot_request(image_input("image", PIXELS, fault="sleep", seconds=3)))
+    # Each slow predict takes 2 s; the checks made while they run are over within a second.
+    slow = json.dumps(chariot_request(image_input("image", PIXELS, fault="sleep", seconds=2)))
     with run_engine("faulty_engine", src=HERE, env=env) as engine, ThreadPoolExecutor(4) as pool:
         in_flight = pool.submit(requests.post, engine.url + INFER, data=slow, timeout=30)
         time.sleep(0.5)
@@ -177,7 +178,7 @@ def test_a_full_table_closes_the_connection_idle_longest_never_a_request_in_flig
         busy = [pool.submit(requests.post, engine.url + INFER, data=slow, timeout=30) for _ in range(4)]
         for sock in idle:
             sock.close()
-        time.sleep(1.0)
+        time.sleep(0.5)
         try:
             refused = requests.get(f"{engine.url}/v2/health/live", timeout=5).status_code
         except requests.ConnectionError:

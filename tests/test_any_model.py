@@ -12,6 +12,8 @@ import pytest
 
 from baking import bake
 
+pytestmark = pytest.mark.bake
+
 ODD_MODELS = Path(__file__).parent / "odd_models"
 MODELS = {
     "finds_nothing": "Object Detection",

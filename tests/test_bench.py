@@ -56,6 +56,7 @@ def test_baseline_answers_with_what_the_demo_model_finds(baseline):
     assert [(r["label"], r["xmin"], r["ymin"], r["xmax"], r["ymax"]) for r in results] == [("green", 20, 10, 70, 40)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("protocol", ["rest", "grpc"])
 def test_load_generator_drives_the_baseline_and_the_server_is_measured(baseline, tmp_path, protocol):
     # Enough work (40 VGA images) that the server's CPU time spans many of /proc's 10 ms ticks.
@@ -78,6 +79,7 @@ def test_the_binary_body_carries_the_files_the_json_body_carries_in_base64():
     assert outputs.every, "its results asked for as binary data, as tritonclient asks by default"
 
 
+@pytest.mark.bake
 def test_against_a_commit_the_baseline_is_the_engine_baked_from_that_commits_template(tmp_path):
     sha, template = run.template_at("HEAD", tmp_path)
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=TEMPLATE_ROOT, capture_output=True, text=True, check=True)
@@ -134,6 +136,7 @@ def test_summary_table_and_csv(tmp_path):
     assert float(written[0]["engine_median"]) == 100 and written[0]["met"] == "False"
 
 
+@pytest.mark.slow
 def test_batching_bench_drives_the_fixed_cost_engine_off_and_on(capsys):
     import batching
 

@@ -153,6 +153,7 @@ def test_segmentation_outlines_where_the_model_puts_a_class(tmp_path):
     assert answer(model, as_image(picture(64, 64, (0, 0, 255)))) == [], "nothing red, no region"
 
 
+@pytest.mark.slow
 def test_the_transformers_example_answers_each_prompt(tmp_path):
     import torch
     from transformers import BertTokenizer, BlipConfig, BlipForQuestionAnswering, BlipImageProcessor, BlipProcessor
@@ -278,6 +279,7 @@ def test_the_yolo_example_letterboxes_suppresses_and_maps_boxes_back(tmp_path, n
     )
 
 
+@pytest.mark.bake
 def test_an_example_serves_in_a_baked_engine_whose_suite_stays_green(tmp_path):
     root = bake("Object Detection", tmp_path)
     package = root.name.replace("-", "_")

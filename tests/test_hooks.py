@@ -9,6 +9,8 @@ import pytest
 from chariot_support.model.tasks import TaskType
 from template_paths import TEMPLATE_ROOT
 
+pytestmark = pytest.mark.bake
+
 
 def bake(tmp_path, *answers):
     return subprocess.run(

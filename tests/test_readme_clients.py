@@ -14,7 +14,6 @@ import pytest
 import requests
 
 from baking import model_name
-from chariot_support.dev.testing import engine_package, run_engine
 from test_kserve_sdk import KSERVE_PYTHON
 
 PROMPTS = ["What colours are in the picture?"]
@@ -44,19 +43,19 @@ def plain_results(engine, root: Path, model: str, parameters: dict) -> list:
 
 
 @pytest.mark.parametrize("task", ["Object Detection", "Image Text to Text"])
-def test_the_readme_client_examples_print_the_engines_results(baked, task):
+def test_the_readme_client_examples_print_the_engines_results(baked, baked_engine, task):
     assert KSERVE_PYTHON.exists(), f"{KSERVE_PYTHON} is missing: scripts/test makes it"
     root = Path(baked(task))
     model = model_name(task)
-    with run_engine(engine_package(root / "src"), src=root / "src") as engine:
-        triton = run_example(sys.executable, example(root, "import tritonclient"), root, engine)
-        expected = plain_results(engine, root, model, {"prompts": PROMPTS} if task == "Image Text to Text" else {})
-        assert expected, "the demo should find something in the sample scene"
-        assert [ast.literal_eval(line) for line in triton] == [expected]
+    engine = baked_engine(task)
+    triton = run_example(sys.executable, example(root, "import tritonclient"), root, engine)
+    expected = plain_results(engine, root, model, {"prompts": PROMPTS} if task == "Image Text to Text" else {})
+    assert expected, "the demo should find something in the sample scene"
+    assert [ast.literal_eval(line) for line in triton] == [expected]
 
-        kserve = run_example(str(KSERVE_PYTHON), example(root, "from kserve import"), root, engine)
-        thresholded = plain_results(
-            engine, root, model, {"prompts": PROMPTS} if task == "Image Text to Text" else {"score_threshold": 0.5}
-        )
-        assert kserve[0] == "True True"
-        assert [json.loads(line) for line in kserve[1:]] == [thresholded, thresholded]
+    kserve = run_example(str(KSERVE_PYTHON), example(root, "from kserve import"), root, engine)
+    thresholded = plain_results(
+        engine, root, model, {"prompts": PROMPTS} if task == "Image Text to Text" else {"score_threshold": 0.5}
+    )
+    assert kserve[0] == "True True"
+    assert [json.loads(line) for line in kserve[1:]] == [thresholded, thresholded]

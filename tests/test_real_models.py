@@ -2,6 +2,7 @@
 files in MODEL_DIR, their own photos in samples/ and what they expect in test_task.py. Each engine's own suite is
 green, and what the served engine finds in the photos is right (real_models/README.md lists the models)."""
 
+import contextlib
 import math
 import os
 import re
@@ -17,7 +18,9 @@ import pytest
 import skimage.data
 
 from baking import bake
-from chariot_support.dev.testing import run_engine
+from chariot_support.dev.testing import engine_package, run_engine
+
+pytestmark = pytest.mark.bake
 
 REAL_MODELS = Path(__file__).parent / "real_models"
 # The wheels that carry the weights, and the files each gives MODEL_DIR.
@@ -121,9 +124,14 @@ def real_engine(task: str, out: Path) -> Path:
     return root
 
 
+@pytest.fixture(scope="module")
+def engines(tmp_path_factory) -> dict[str, Path]:
+    return {task: real_engine(task, tmp_path_factory.mktemp(SLUGS[task])) for task in PHOTOS}
+
+
 @pytest.mark.parametrize("task", PHOTOS)
-def test_the_engines_suite_is_green_with_a_real_model(task, model_dir, tmp_path):
-    root = real_engine(task, tmp_path)
+def test_the_engines_suite_is_green_with_a_real_model(task, engines, model_dir):
+    root = engines[task]
     result = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"],
         cwd=root,
@@ -136,34 +144,48 @@ def test_the_engines_suite_is_green_with_a_real_model(task, model_dir, tmp_path)
     assert "failed" not in result.stdout and "skipped" not in result.stdout and " passed" in result.stdout
 
 
-def served(task: str, root: Path, model_dir: Path, picture: str, **parameters) -> list[dict]:
+@pytest.fixture(scope="module")
+def running(engines, model_dir):
+    """running(task) -> the real-model engine of `task`, serving, started once for this module's tests."""
+    with contextlib.ExitStack() as stack:
+        started = {}
+
+        def engine(task: str):
+            if task not in started:
+                src = engines[task] / "src"
+                env = {"MODEL_DIR": str(model_dir)}
+                started[task] = stack.enter_context(run_engine(engine_package(src), src=src, env=env))
+            return started[task]
+
+        yield engine
+
+
+@pytest.fixture
+def served(engines, running):
+    """served(task, picture, **parameters) -> what the real-model engine of `task` finds in one of its samples."""
     from chariot_support.dev.model_check import picture_input, post_json
     from chariot_support.model.tasks import TaskType
 
-    tensor = picture_input("image-0", root / "samples" / picture, TaskType(task))
-    tensor["parameters"] = parameters
-    package = root.name.replace("-", "_")
-    with run_engine(package, src=root / "src", env={"MODEL_DIR": str(model_dir)}) as engine:
-        status, answer = post_json(f"{engine.url}/infer", {"inputs": [tensor]})
-    assert status == 200, answer
-    return answer["outputs"][0]["data"][0]
+    def ask(task: str, picture: str, **parameters) -> list[dict]:
+        tensor = picture_input("image-0", engines[task] / "samples" / picture, TaskType(task))
+        tensor["parameters"] = parameters
+        status, answer = post_json(f"{running(task).url}/infer", {"inputs": [tensor]})
+        assert status == 200, answer
+        return answer["outputs"][0]["data"][0]
+
+    return ask
 
 
-@pytest.fixture(scope="module")
-def engines(tmp_path_factory) -> dict[str, Path]:
-    return {task: real_engine(task, tmp_path_factory.mktemp(SLUGS[task])) for task in PHOTOS}
-
-
-def test_the_face_detector_finds_the_astronauts_face(engines, model_dir):
-    (face,) = served("Object Detection", engines["Object Detection"], model_dir, "astronaut.png")
+def test_the_face_detector_finds_the_astronauts_face(served):
+    (face,) = served("Object Detection", "astronaut.png")
     assert face["label"] == "face" and face["score"] > 0.8
     # Eileen Collins' face in scikit-image's astronaut photo: eyes near (205, 115) and (245, 115), chin at y 170.
     assert 165 < face["xmin"] < 195 and 255 < face["xmax"] < 285, face
     assert 65 < face["ymin"] < 100 and 160 < face["ymax"] < 190, face
 
 
-def test_the_segmenter_covers_the_astronaut_and_not_the_background(engines, model_dir):
-    (person,) = served("Image Segmentation", engines["Image Segmentation"], model_dir, "astronaut.png")
+def test_the_segmenter_covers_the_astronaut_and_not_the_background(served):
+    (person,) = served("Image Segmentation", "astronaut.png")
     mask = np.zeros((512, 512), np.uint8)
     cv2.fillPoly(mask, [np.array([(p["x"], p["y"]) for p in c], np.int32) for c in person["contour"]], 1)
     assert person["label"] == "person" and person["score"] > 0.8
@@ -174,8 +196,8 @@ def test_the_segmenter_covers_the_astronaut_and_not_the_background(engines, mode
     assert 0.3 < mask.mean() < 0.7
 
 
-def test_the_text_detector_finds_each_line_turned_as_the_page(engines, model_dir):
-    lines = served("Oriented Object Detection", engines["Oriented Object Detection"], model_dir, "page.png")
+def test_the_text_detector_finds_each_line_turned_as_the_page(served):
+    lines = served("Oriented Object Detection", "page.png")
     long_lines = [b for b in lines if b["w"] > 0.3]
     assert len(long_lines) >= 6, lines  # the heading, five lines of text and the line of code
     turns = sorted(math.degrees(b["r"]) for b in long_lines)
@@ -186,10 +208,8 @@ def test_the_text_detector_finds_each_line_turned_as_the_page(engines, model_dir
     assert len({round(b["cy"], 2) for b in long_lines}) == len(long_lines), "one box per line"
 
 
-def test_the_reader_reads_the_page(engines, model_dir):
-    (answer,) = served(
-        "Image Text to Text", engines["Image Text to Text"], model_dir, "page.png", prompts=["What does it say?"]
-    )
+def test_the_reader_reads_the_page(served):
+    (answer,) = served("Image Text to Text", "page.png", prompts=["What does it say?"])
     text = answer["answer"]
     assert answer["prompt"] == "What does it say?"
     assert text.splitlines()[0].replace(" ", "").startswith("Region-based"), text
@@ -198,8 +218,6 @@ def test_the_reader_reads_the_page(engines, model_dir):
 
 
 @pytest.mark.parametrize("picture, label", [("line.png", "upright"), ("line-upside-down.png", "upside down")])
-def test_the_direction_classifier_tells_which_way_up(engines, model_dir, picture, label):
-    results = served(
-        "Image Classification", engines["Image Classification"], model_dir, picture, action="predict_proba"
-    )
+def test_the_direction_classifier_tells_which_way_up(served, picture, label):
+    results = served("Image Classification", picture, action="predict_proba")
     assert results[0]["label"] == label and results[0]["score"] > 0.9, results

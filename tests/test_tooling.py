@@ -67,18 +67,21 @@ def test_the_template_repository_passes_ruff_as_it_is(command):
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
 
 
+@pytest.mark.bake
 @pytest.mark.parametrize("task", TASKS)
 def test_ruff_check_passes(engines, task):
     result = ruff(engines[task], "check", ".")
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+@pytest.mark.bake
 @pytest.mark.parametrize("task", TASKS)
 def test_ruff_format_check_passes(engines, task):
     result = ruff(engines[task], "format", "--check", ".")
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+@pytest.mark.bake
 def test_ci_python_is_the_image_python(engines):
     for root in engines.values():
         (setup,) = [s for s in workflow_steps(root) if s.get("uses", "").startswith("actions/setup-python@")]
@@ -86,6 +89,7 @@ def test_ci_python_is_the_image_python(engines):
         assert str(setup["with"]["python-version"]) == image_python
 
 
+@pytest.mark.bake
 def test_ci_runs_the_readme_commands(engines):
     root = engines["Object Detection"]
     readme = (root / "README.md").read_text()
@@ -100,6 +104,7 @@ def test_ci_runs_the_readme_commands(engines):
     assert re.search(r"^docker build -t \S+ \.$", readme, re.M), "the README does not say how to build the image"
 
 
+@pytest.mark.bake
 def test_pre_commit_runs_the_pinned_ruff(engines):
     root = engines["Object Detection"]
     config = yaml.safe_load((root / ".pre-commit-config.yaml").read_text())
@@ -120,6 +125,7 @@ def world_readable_dir():
     shutil.rmtree(path, ignore_errors=True)
 
 
+@pytest.mark.bake
 def test_ci_steps_pass_on_a_fresh_bake(engines, world_readable_dir):
     """Every step of the CI workflow but the image build (no Docker engine here), run as CI runs them."""
     root = engines["Object Detection"]

@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 
 from baking import TASKS, model_name
-from chariot_support.dev.testing import engine_package, run_engine
 
 HERE = Path(__file__).parent
 
@@ -53,12 +52,9 @@ def run_checks(checks: str, engine, *, model: str, task: str) -> str:
 
 
 @pytest.mark.parametrize("task", TASKS)
-def test_tritonclient_gets_rest_results_and_oip_answers_from_every_task_type(baked, task):
-    src = Path(baked(task)) / "src"
-    with run_engine(engine_package(src), src=src) as engine:
-        run_checks("tritonclient_checks.py", engine, model=model_name(task), task=task)
+def test_tritonclient_gets_rest_results_and_oip_answers_from_every_task_type(baked_engine, task):
+    run_checks("tritonclient_checks.py", baked_engine(task), model=model_name(task), task=task)
 
 
-def test_tritonclient_sees_a_failing_predict_as_internal():
-    with run_engine("faulty_engine", src=HERE / "support") as engine:
-        run_checks("tritonclient_faults.py", engine, model="m-faulty", task="Object Detection")
+def test_tritonclient_sees_a_failing_predict_as_internal(faulty_engine):
+    run_checks("tritonclient_faults.py", faulty_engine, model="m-faulty", task="Object Detection")

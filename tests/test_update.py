@@ -14,6 +14,8 @@ import tomllib
 
 from template_paths import ENGINE_TEMPLATE, TEMPLATE_ROOT
 
+pytestmark = pytest.mark.bake
+
 GIT_IDENTITY = {
     "GIT_AUTHOR_NAME": "Engine Author",
     "GIT_AUTHOR_EMAIL": "author@example.com",

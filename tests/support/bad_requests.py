@@ -99,6 +99,14 @@ def number(datatype: str, data: list, shape: list | None = None, name: str = "x"
 
 
 GOOD = request()
+# The engine's REST configurations: as it starts, with MLServer's CORS headers (MLSERVER_CORS_SETTINGS holds
+# MLServer's CORSSettings as a JSON object), and with MLServer's reply compression on.
+CONFIGURATIONS = {
+    "default": {},
+    "cors": {"MLSERVER_CORS_SETTINGS": '{"allow_origins": ["http://app.example"]}'},
+    "gzip": {"MLSERVER_GZIP_ENABLED": "true"},
+}
+BROWSER = {"Origin": "http://app.example"}  # a browser's cross-origin request, which CORS answers
 
 
 @dataclass(frozen=True)
@@ -281,6 +289,13 @@ CASES: list[Case] = [
         "unknown action", request(image(parameters={"action": "explode"})), "input 'image-0'", "'explode'", "allowed:"
     ),
     case("action not a string", request(image(parameters={"action": 5})), "input 'image-0'", "unknown action 5"),
+    # An answer long enough that MLServer's gzip (MLSERVER_GZIP_ENABLED) compresses it: 500 bytes and more.
+    case(
+        "unknown action at length",
+        request(image(parameters={"action": "explode" * 80})),
+        "input 'image-0'",
+        "unknown action 'explodeexplode",
+    ),
     case("unknown request action", request(action="explode"), "'explode'", "request parameters"),
     case(
         "score_threshold a word",

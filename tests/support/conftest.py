@@ -11,7 +11,7 @@ import cv2
 import numpy as np
 import pytest
 
-from chariot_support.dev.testing import Scene, draw_scene, run_demo_engine
+from chariot_support.dev.testing import Scene, draw_scene
 from chariot_support.model.tasks import TaskType
 from template_paths import ENGINE_TEMPLATE, SUPPORT_SRC
 
@@ -30,9 +30,9 @@ def task(request) -> TaskType:
 
 
 @pytest.fixture(scope="session")
-def engine(task: TaskType):
-    with run_demo_engine(task) as running:
-        yield running
+def engine(task: TaskType, demo_engine):
+    """The demo engine of each task type, as it starts (shared with every other test that wants it)."""
+    return demo_engine(task)
 
 
 @pytest.fixture(scope="session")

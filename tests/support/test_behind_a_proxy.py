@@ -79,6 +79,7 @@ def nginx(tmp_path):
             proxy.wait(timeout=10)
 
 
+@pytest.mark.slow
 def test_requests_after_idle_gaps_through_a_pooling_proxy_are_all_answered(nginx, scene):
     url, logs = nginx
     body = chariot_request(image_input("image-0", scene.pixels))

@@ -205,24 +205,6 @@ def test_reserved_parameter_names_are_refused(engine, image):
     error_of(reply, "'content_type'")
 
 
-# --- request ids --------------------------------------------------------------------------------------------
-
-
-def test_base_id_is_the_request_id_in_the_log(engine, task, image):
-    base = f"base-{task.name.lower()}-v2"
-    reply = post(
-        engine,
-        json.dumps({"input": image, "parameters": settings(task)}),
-        "application/json",
-        **{"Chariot-Inference-Base-ID": base},
-    )
-    assert reply.status_code == 200, reply.text
-    assert reply.headers["x-request-id"] == base
-    log = engine.wait_for_log(f'"request_id": "{base}"')
-    line = next(json.loads(entry) for entry in log.splitlines() if base in entry and '"path"' in entry)
-    assert line["path"] == "/infer" and line["status"] == 200
-
-
 # --- CHARIOT_INFERENCE_PROTOCOL ---------------------------------------------------------------------------
 
 
@@ -272,6 +254,7 @@ def test_an_unknown_protocol_stops_the_engine():
             pass
 
 
+@pytest.mark.slow
 def test_chariot_v2_with_parallel_workers(image):
     """With parallel workers the model lives in another process; chariot-v2 reaches it as V1 and V2 do."""
     with run_demo_engine(TaskType.OBJECT_DETECTION, env={"MLSERVER_PARALLEL_WORKERS": "2"}) as running:

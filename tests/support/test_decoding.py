@@ -10,6 +10,7 @@ import numpy as np
 import PIL.Image
 import pytest
 from bad_requests import CASES, Parser
+from fuzzing import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from mlserver.types import InferenceRequest
@@ -374,7 +375,7 @@ def test_catalogued_bad_request_is_refused_by_the_parser_for_every_task(case):
         assert not missing, f"{task.value}: {missing} not in {answer.body['error']!r}"
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60))
 @given(
     width=st.integers(1, 300),
     height=st.integers(1, 300),

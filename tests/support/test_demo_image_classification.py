@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import requests
 
-from chariot_support.dev.testing import as_image, chariot_request, image_input, run_demo_engine
+from chariot_support.dev.testing import as_image, chariot_request, image_input
 from chariot_support.model.demo import DEMO_MODELS
 from chariot_support.model.tasks import TaskType
 
@@ -15,9 +15,8 @@ Model = DEMO_MODELS[TASK]
 
 
 @pytest.fixture(scope="module")
-def engine():
-    with run_demo_engine(TASK) as running:
-        yield running
+def engine(demo_engine):
+    return demo_engine(TASK)
 
 
 def classify(engine, model_name, pixels, **parameters):

@@ -5,7 +5,7 @@ import json
 import pytest
 import requests
 
-from chariot_support.dev.testing import as_image, changed_near, chariot_request, image_input, run_demo_engine
+from chariot_support.dev.testing import as_image, changed_near, chariot_request, image_input
 from chariot_support.model.demo import DEMO_MODELS
 from chariot_support.model.tasks import TaskType
 
@@ -14,9 +14,8 @@ Model = DEMO_MODELS[TASK]
 
 
 @pytest.fixture(scope="module")
-def engine():
-    with run_demo_engine(TASK) as running:
-        yield running
+def engine(demo_engine):
+    return demo_engine(TASK)
 
 
 def by_label(results):

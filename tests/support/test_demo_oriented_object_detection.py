@@ -12,7 +12,6 @@ from chariot_support.dev.testing import (
     changed_near,
     chariot_request,
     image_input,
-    run_demo_engine,
     same_corners,
 )
 from chariot_support.model.demo import DEMO_MODELS
@@ -23,9 +22,8 @@ Model = DEMO_MODELS[TASK]
 
 
 @pytest.fixture(scope="module")
-def engine():
-    with run_demo_engine(TASK) as running:
-        yield running
+def engine(demo_engine):
+    return demo_engine(TASK)
 
 
 def detect(engine, model_name, scene, **parameters):

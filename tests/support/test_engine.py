@@ -101,17 +101,6 @@ def test_metadata_passes_through_unchanged(engine, model_name, scene):
     assert response.headers["content-length"] == str(len(response.content))
 
 
-def test_request_id_from_body_then_header_then_new(engine, model_name, scene):
-    body = chariot_request(image_input("image-0", scene.pixels, prompts=PROMPTS))
-    assert (
-        infer(engine, model_name, {**body, "id": "from-body"}, headers={"X-Request-ID": "h"}).json()["id"]
-        == "from-body"
-    )
-    assert infer(engine, model_name, body, headers={"X-Request-ID": "from-header"}).json()["id"] == "from-header"
-    first, second = (infer(engine, model_name, body).json()["id"] for _ in range(2))
-    assert first and second and first != second
-
-
 def test_replies_are_not_gzipped(engine, model_name, scene):
     body = chariot_request(image_input("image-0", scene.pixels, prompts=PROMPTS))
     response = infer(engine, model_name, body, headers={"Accept-Encoding": "gzip"})

@@ -16,7 +16,6 @@ from pycocotools.coco import COCO
 from pycocotools.cocoeval import COCOeval
 
 from chariot_support.client import cli as client
-from chariot_support.dev.testing import run_demo_engine
 from chariot_support.evaluate import cli as evaluate
 from chariot_support.model.tasks import TaskType
 
@@ -24,9 +23,8 @@ SCENES = scenes(6)
 
 
 @pytest.fixture(scope="module")
-def engine():
-    with run_demo_engine(TaskType.OBJECT_DETECTION) as running:
-        yield running
+def engine(demo_engine):
+    return demo_engine(TaskType.OBJECT_DETECTION)
 
 
 def run(engine, dataset, out, *extra) -> tuple[int, dict]:

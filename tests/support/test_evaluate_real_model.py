@@ -96,6 +96,7 @@ def dataset(tmp_path_factory) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_the_face_detector_scores_what_its_answers_say(face_engine, dataset, tmp_path, capsys):
     out = tmp_path / "out"
     code = evaluate.main([str(dataset), "--url", face_engine.url, "--out", str(out), "--model-id", "faces"])

@@ -9,7 +9,6 @@ import pytest
 from evaluation_scenes import HEIGHT, WIDTH, class_csv, class_folders, coco, dota, scenes, single_colour
 from pycocotools import mask as coco_mask
 
-from chariot_support.dev.testing import run_demo_engine
 from chariot_support.evaluate import cli as evaluate
 from chariot_support.evaluate.data import Dataset, Sample
 from chariot_support.evaluate.metrics import Bound, gate, score
@@ -21,9 +20,8 @@ SCENES = scenes(4, seed=3)
 
 def started(task: TaskType):
     @pytest.fixture(scope="module")
-    def engine():
-        with run_demo_engine(task) as running:
-            yield running
+    def engine(demo_engine):
+        return demo_engine(task)
 
     return engine
 

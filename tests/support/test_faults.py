@@ -22,8 +22,10 @@ PIXELS = np.zeros((32, 48, 3), np.uint8)
 
 @pytest.fixture(scope="module", params=["in-process", "parallel-workers"])
 def engine(request):
-    env = {"MLSERVER_PARALLEL_WORKERS": "2"} if request.param == "parallel-workers" else {}
-    with run_engine("faulty_engine", src=HERE, env=env) as running:
+    if request.param == "in-process":
+        yield request.getfixturevalue("faulty_engine")
+        return
+    with run_engine("faulty_engine", src=HERE, env={"MLSERVER_PARALLEL_WORKERS": "2"}) as running:
         yield running
 
 
@@ -122,6 +124,7 @@ def test_the_request_id_reaches_the_log_of_an_invalid_result(engine):
 TIMEOUT = 1.0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("thread_safe", [True, False], ids=["thread-safe", "one-at-a-time"])
 def test_a_hung_predict_is_cut_off_and_the_engine_serves_on(thread_safe):
     env = {"CHARIOT_PREDICT_TIMEOUT": str(TIMEOUT), "CHARIOT_THREADS": "2", "FAULTY_THREAD_SAFE": str(int(thread_safe))}
@@ -163,6 +166,7 @@ def test_an_invalid_timeout_stops_the_engine_with_a_clear_message():
             pass
 
 
+@pytest.mark.slow
 def test_sigterm_lets_an_in_flight_request_finish_then_exits_0():
     with run_engine("faulty_engine", src=HERE) as engine:
         with ThreadPoolExecutor(1) as pool:

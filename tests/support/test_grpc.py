@@ -70,16 +70,11 @@ def test_grpc_results_equal_rest_results(engine, stub, model_name, scene, raw):
     assert all(o.datatype == "BYTES" and list(o.shape) == [1] for o in response.outputs)
 
 
-def test_grpc_echoes_the_request_id_and_passes_metadata_through(stub, model_name, scene):
+def test_grpc_passes_metadata_through(stub, model_name, scene):
     metadata = chariot_metadata(site="north", frame=12)
-    body = {**chariot_request(image_input("image-0", scene.pixels, prompts=PROMPTS), metadata=metadata), "id": "req-7"}
+    body = chariot_request(image_input("image-0", scene.pixels, prompts=PROMPTS), metadata=metadata)
     response = stub.ModelInfer(grpc_request(body, model_name))
-    assert response.id == "req-7"
     assert response.parameters["metadata"].string_param == metadata
-    plain = grpc_request(chariot_request(image_input("image-0", scene.pixels, prompts=PROMPTS)), model_name)
-    from_header = stub.ModelInfer(plain, metadata=[("x-request-id", "from-header")])
-    assert from_header.id == "from-header"
-    assert stub.ModelInfer(plain).id != stub.ModelInfer(plain).id
 
 
 def test_raw_image_bytes_are_read_like_base64(engine, stub, model_name, scene):

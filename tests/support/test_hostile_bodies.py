@@ -15,6 +15,8 @@ from mlserver.grpc.dataplane_pb2_grpc import GRPCInferenceServiceStub
 
 from chariot_support.dev.testing import grpc_request, run_engine
 
+pytestmark = pytest.mark.hostile
+
 URL = "/v2/models/m-faulty/infer"
 
 
@@ -82,7 +84,9 @@ def test_a_jsonl_body_of_only_blank_lines_is_read_without_holding_the_engine(eng
     status_line, _, rest = answer.partition(b"\r\n")
     assert status_line.startswith(b"HTTP/1.1 400"), answer[:300]
     assert "empty" in json.loads(rest.partition(b"\r\n\r\n")[2])["error"]
-    assert took < 10, f"the answer took {took:.1f} s"
+    # The answer took 0.50, 0.48 and 0.47 s in three runs on this 2-CPU machine, its slowest health answer 0.16, 0.21
+    # and 0.15 s (a second is what a health probe waits).
+    assert took < 1.5, f"the answer took {took:.1f} s"
     assert probe.worst < 1.0 and not probe.failures, (probe.worst, probe.failures[:3])
 
 
@@ -131,7 +135,9 @@ def test_a_grpc_request_id_longer_than_256_characters_is_invalid_argument(engine
 
 def hold_bodies(engine, count: int, size: int = (64 << 20) - 1) -> list[bytes]:
     """`count` clients each declare a body of `size` bytes, send all of it but the last byte, and hold their
-    connection open; what each was answered (b"" for none) once the engine stops reading it or 3 s pass."""
+    connection open; what each was answered (b"" for none) within 6 s of sending what it could: those the engine
+    refuses are answered about 2.1 s after they start (2.05-2.22 s in three runs, CHARIOT_ADMISSION_WAIT's 2 s), those
+    it keeps reading are not answered until CHARIOT_BODY_TIMEOUT."""
     head = f"POST {URL} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {size}\r\n\r\n"
     chunk = b" " * (1 << 20)
     answers: list[bytes] = []
@@ -148,7 +154,7 @@ def hold_bodies(engine, count: int, size: int = (64 << 20) - 1) -> list[bytes]:
                 sent += sock.send(chunk[: min(len(chunk), size - 1 - sent)])
         except OSError:
             pass
-        sock.settimeout(10)
+        sock.settimeout(6)
         try:
             answer = sock.recv(65536)
         except OSError:

@@ -13,6 +13,8 @@ from hostile import HERE, rss_mib
 
 from chariot_support.dev.testing import chariot_request, image_input, run_engine
 
+pytestmark = pytest.mark.hostile
+
 PIXELS = np.zeros((32, 48, 3), np.uint8)
 
 

@@ -22,6 +22,8 @@ from hostile import HERE, RSSGuard, peak_rss_mib, rss_mib, wait_until
 
 from chariot_support.dev.testing import run_engine
 
+pytestmark = pytest.mark.hostile
+
 LIMIT_MIB = 1536
 # grpc-status values as a raw HTTP/2 client reads them
 DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED, UNAVAILABLE = "4", "8", "14"
@@ -36,10 +38,11 @@ def serves(engine) -> bool:
     return call_all(engine, [infer_message()]) == {("OK", ""): 1}
 
 
-def healthy(probe, grpc_within: float = 1.0) -> None:
-    """No probe failed, REST health (what Kubernetes asks) answered within a second, and gRPC's within `grpc_within`."""
+def healthy(probe, grpc_within: float = 1.0, rest_within: float = 1.0) -> None:
+    """No probe failed, REST health (what Kubernetes asks) answered within `rest_within` (a second at most, what a
+    probe waits), and gRPC's within `grpc_within`."""
     assert not probe.failures, probe.failures[:5]
-    assert probe.worst_rest < 1.0, f"health over REST took {probe.worst_rest:.2f} s during the attack"
+    assert probe.worst_rest < rest_within, f"health over REST took {probe.worst_rest:.2f} s during the attack"
     assert probe.worst_grpc < grpc_within, f"health over gRPC took {probe.worst_grpc:.2f} s during the attack"
 
 
@@ -70,9 +73,10 @@ def test_ten_large_messages_at_once_stay_within_the_body_budget_and_memory_comes
             answers = call_apart(engine, 10, padding=60 << 20)
         assert not guard.tripped, f"the engine passed {LIMIT_MIB} MiB and was killed"
         # gRPC copies each message into Python on the event loop that answers its health calls (65-170 ms for 60
-        # MiB): its health took 0.19-0.29 s here alone, and 1.00 s once in a full test run on this 2-CPU machine.
-        # REST health, which Kubernetes probes, keeps its second.
-        healthy(probe, grpc_within=2.0)
+        # MiB): its slowest health answer took 0.22, 0.45 and 0.43 s in three runs on this 2-CPU machine (and 1.00 s
+        # once in a full run beside other tests). REST health, which Kubernetes probes, keeps its second (0.57, 0.50
+        # and 0.22 s).
+        healthy(probe, grpc_within=1.4)
         for (code, details), _ in answers.items():
             assert code in ("INVALID_ARGUMENT", "UNAVAILABLE", "RESOURCE_EXHAUSTED"), (code, details)
             if code == "UNAVAILABLE":
@@ -92,9 +96,10 @@ def test_large_messages_sent_to_health_calls_are_read_a_few_at_a_time_and_refuse
         with BothHealthProbe(engine) as probe, RSSGuard(engine.process, LIMIT_MIB) as guard:
             answers = live_calls_apart(engine, 20, 60 << 20)
         assert not guard.tripped, f"the engine passed {LIMIT_MIB} MiB and was killed"
-        # gRPC health probes are read in the same lane as these calls, which are health calls too: 0.64-0.70 s
-        # here, so its bound is looser than the second REST health keeps.
-        healthy(probe, grpc_within=2.0)
+        # gRPC health probes are read in the same lane as these calls, which are health calls too: their slowest took
+        # 0.96, 0.55 and 0.63 s in three runs here (0.64-0.70 s before), so its bound is looser than the second REST
+        # health keeps. REST health, which these calls do not hold up, took 0.02, 0.05 and 0.08 s.
+        healthy(probe, grpc_within=2.0, rest_within=0.25)
         for (code, details), _ in answers.items():
             assert code in ("INVALID_ARGUMENT", "UNAVAILABLE"), (code, details)
             if code == "INVALID_ARGUMENT":

@@ -6,10 +6,13 @@ import json
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+import pytest
 import requests
 from hostile import HERE, RSSGuard, cpu_seconds, peak_rss_mib, png_request, wait_until
 
 from chariot_support.dev.testing import run_engine
+
+pytestmark = pytest.mark.hostile
 
 URL = "/v2/models/m-faulty/infer"
 

@@ -7,10 +7,13 @@ from concurrent.futures import ThreadPoolExecutor
 
 import grpc
 import numpy as np
+import pytest
 from hostile import HERE
 from mlserver.grpc.dataplane_pb2_grpc import GRPCInferenceServiceStub
 
 from chariot_support.dev.testing import chariot_request, grpc_request, grpc_results, image_input, run_engine
+
+pytestmark = pytest.mark.hostile
 
 PIXELS = np.zeros((32, 48, 3), np.uint8)
 

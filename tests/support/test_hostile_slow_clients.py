@@ -1,5 +1,7 @@
 """Slow clients: heads and bodies that trickle in get a 408 within their read deadline, and a connection table full
-of them makes room for a health probe rather than refusing it. With the engine's default settings."""
+of them makes room for a health probe rather than refusing it. With the engine's default settings but for the read
+deadlines, which are shorter here so that the tests do not wait out the default 10 s (test_settings.py checks the
+defaults)."""
 
 import json
 import selectors
@@ -8,13 +10,20 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
+import pytest
 import requests
 from hostile import HERE, HealthProbe, RSSGuard, peak_rss_mib, rss_mib, wait_until
 
 from chariot_support.dev.testing import chariot_request, image_input, run_engine
 from chariot_support.settings import EngineSettings
 
+pytestmark = pytest.mark.hostile
+
 DEFAULTS = EngineSettings()
+# Seconds of CHARIOT_HEADER_TIMEOUT and CHARIOT_BODY_TIMEOUT for the trickling clients. The body's stays past
+# CHARIOT_ADMISSION_WAIT (2 s), as the default does: bodies waiting for room in the body budget get their 503 first.
+DEADLINES = {"head": 2, "body": 4}
+SHORT_DEADLINES = {"CHARIOT_HEADER_TIMEOUT": str(DEADLINES["head"]), "CHARIOT_BODY_TIMEOUT": str(DEADLINES["body"])}
 SLACK = 3.0  # seconds a deadline may be late by on a loaded 2-core machine
 RSS_LIMIT_MIB = 1536
 INFER = "/v2/models/m-faulty/infer"
@@ -71,11 +80,14 @@ def status_and_error(answer: bytes) -> tuple[int, str]:
 
 def slow_clients(first_bytes: bytes, deadline: float, trickle: float | None = None) -> list[tuple[int, str]]:
     """CHARIOT_MAX_CONNECTIONS connections send `first_bytes` (then a byte every `trickle` seconds) to an engine
-    with default settings: each is answered and closed within `deadline` seconds, with a 408 or a 503 that says
-    why (closed sooner to make room for a health probe, or a body past the body budget); health from a new connection answers in
-    under a second throughout; RSS stays under RSS_LIMIT_MIB and comes back; the engine serves afterwards. Returns
-    the 408s' (status, error)."""
-    with run_engine("faulty_engine", src=HERE) as engine, RSSGuard(engine.process, RSS_LIMIT_MIB) as guard:
+    with default settings but SHORT_DEADLINES: each is answered and closed within `deadline` seconds, with a 408 or
+    a 503 that says why (closed sooner to make room for a health probe, or a body past the body budget);
+    health from a new connection answers in under a second throughout; RSS stays under RSS_LIMIT_MIB and comes back;
+    the engine serves afterwards. Returns the 408s' (status, error)."""
+    with (
+        run_engine("faulty_engine", src=HERE, env=SHORT_DEADLINES) as engine,
+        RSSGuard(engine.process, RSS_LIMIT_MIB) as guard,
+    ):
         before = rss_mib(engine.process.pid)
         with HealthProbe(engine) as probe:
             started = time.monotonic()
@@ -94,26 +106,25 @@ def slow_clients(first_bytes: bytes, deadline: float, trickle: float | None = No
         assert wait_until(lambda: rss_mib(engine.process.pid) < before + 64, 10), (before, rss_mib(engine.process.pid))
         body = json.dumps(chariot_request(image_input("image", PIXELS)))
         assert requests.post(engine.url + INFER, data=body, timeout=10).status_code == 200
-        log = engine.log()
     timed_out = [each for each in refused if each[0] != 503]
     assert timed_out and {status for status, _ in timed_out} == {408}, refused[:3]
-    return timed_out, log
+    return timed_out, engine.log()  # read once the engine has stopped: every line it had to write is written
 
 
 def test_connections_that_send_one_byte_get_408_at_the_header_timeout_while_health_answers():
-    """512 connections (all CHARIOT_MAX_CONNECTIONS) send `G` and nothing more: 408 at the default
-    CHARIOT_HEADER_TIMEOUT, and health answers throughout."""
-    assert DEFAULTS.header_timeout <= 10
-    timed_out, _ = slow_clients(b"G", DEFAULTS.header_timeout)
+    """512 connections (all CHARIOT_MAX_CONNECTIONS) send `G` and nothing more: 408 at CHARIOT_HEADER_TIMEOUT, and
+    health answers throughout."""
+    timed_out, _ = slow_clients(b"G", DEADLINES["head"])
+    head = f"the request's head (request line and headers) did not arrive within {DEADLINES['head']} s"
     for _, error in timed_out:
-        assert error.startswith("the request's head (request line and headers) did not arrive within 10 s"), error
+        assert error.startswith(head), error
         assert "CHARIOT_HEADER_TIMEOUT" in error
 
 
-def test_bodies_sent_one_byte_every_3_s_get_408_at_the_body_timeout_while_health_answers():
-    """512 connections send the head of a 1 MB inference request, then one body byte every 3 s: 408 naming
-    CHARIOT_MIN_BODY_RATE when the first default CHARIOT_BODY_TIMEOUT window ends, and health answers throughout."""
-    timed_out, log = slow_clients(TRICKLED_BODY_HEAD, DEFAULTS.body_timeout, trickle=3.0)
+def test_bodies_sent_one_byte_a_second_get_408_at_the_body_timeout_while_health_answers():
+    """512 connections send the head of a 1 MB inference request, then one body byte a second: 408 naming
+    CHARIOT_MIN_BODY_RATE when the first CHARIOT_BODY_TIMEOUT window ends, and health answers throughout."""
+    timed_out, log = slow_clients(TRICKLED_BODY_HEAD, DEADLINES["body"], trickle=1.0)
     for _, error in timed_out:
         assert error.startswith("the request body came too slowly") and "CHARIOT_MIN_BODY_RATE" in error, error
     # Each cut request's log line says what its client was answered.
@@ -142,8 +153,15 @@ def test_a_body_that_keeps_the_minimum_rate_is_read_whole():
 def test_a_full_table_closes_the_connection_idle_longest_never_a_request_in_flight():
     """With CHARIOT_MAX_CONNECTIONS connections open, a new one closes the one idle longest; a request being
     predicted is never closed; when every connection has a request in flight, the new one is refused."""
-    env = {"CHARIOT_MAX_CONNECTIONS": "4", "FAULTY_THREAD_SAFE": "1", "CHARIOT_KEEP_ALIVE": "30"}
-    slow = json.dumps(chariot_request(image_input("image", PIXELS, fault="sleep", seconds=3)))
+    # Four threads, so that four slow predicts run at once rather than two after two.
+    env = {
+        "CHARIOT_MAX_CONNECTIONS": "4",
+        "FAULTY_THREAD_SAFE": "1",
+        "CHARIOT_THREADS": "4",
+        "CHARIOT_KEEP_ALIVE": "30",
+    }
+    # Each slow predict takes 2 s; the checks made while they run are over within a second.
+    slow = json.dumps(chariot_request(image_input("image", PIXELS, fault="sleep", seconds=2)))
     with run_engine("faulty_engine", src=HERE, env=env) as engine, ThreadPoolExecutor(4) as pool:
         in_flight = pool.submit(requests.post, engine.url + INFER, data=slow, timeout=30)
         time.sleep(0.5)
@@ -160,7 +178,7 @@ def test_a_full_table_closes_the_connection_idle_longest_never_a_request_in_flig
         busy = [pool.submit(requests.post, engine.url + INFER, data=slow, timeout=30) for _ in range(4)]
         for sock in idle:
             sock.close()
-        time.sleep(1.0)
+        time.sleep(0.5)
         try:
             refused = requests.get(f"{engine.url}/v2/health/live", timeout=5).status_code
         except requests.ConnectionError:
@@ -172,7 +190,7 @@ def test_a_full_table_closes_the_connection_idle_longest_never_a_request_in_flig
 def test_requests_past_the_cap_in_flight_get_a_503_that_says_so():
     """Clients that leave leave their predicts running: past CHARIOT_MAX_CONNECTIONS requests in flight, a new
     request gets a JSON 503 with Retry-After (a health check is still answered), and is served once they end."""
-    env = {"CHARIOT_MAX_CONNECTIONS": "4", "FAULTY_THREAD_SAFE": "1"}
+    env = {"CHARIOT_MAX_CONNECTIONS": "4", "FAULTY_THREAD_SAFE": "1", "CHARIOT_THREADS": "4"}
     slow = json.dumps(chariot_request(image_input("image", PIXELS, fault="sleep", seconds=3))).encode()
     head = f"POST {INFER} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {len(slow)}\r\n\r\n"
     with run_engine("faulty_engine", src=HERE, env=env) as engine:

@@ -10,10 +10,13 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
+import pytest
 import requests
 from hostile import HERE, wait_until
 
 from chariot_support.dev.testing import chariot_request, image_input, run_engine
+
+pytestmark = pytest.mark.hostile
 
 PIXELS = np.zeros((32, 48, 3), np.uint8)
 WORKERS = 2

@@ -32,6 +32,7 @@ def start_unloadable(**env: str) -> tuple[int, str]:
     return process.returncode, process.stdout + process.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("workers", ["0", "2"])
 def test_a_model_that_cannot_load_stops_the_engine_with_its_own_error(workers):
     code, log = start_unloadable(MLSERVER_PARALLEL_WORKERS=workers)

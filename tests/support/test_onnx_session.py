@@ -5,7 +5,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from chariot_support.model import onnx_session
+from chariot_support.model.onnx_session import onnx_session
 
 
 def test_a_session_runs_the_model_with_the_threads_it_is_given(tmp_path):

@@ -39,9 +39,8 @@ def test_predict_runs_on_the_event_loop_thread_over_rest_and_grpc(inline):
     assert grpc_results(answer)["image-0"][0]["label"] == "MainThread"
 
 
-def test_without_the_setting_predict_runs_on_a_worker_thread():
-    with run_engine("faulty_engine", src=HERE) as threaded:
-        assert label(threaded, "thread").startswith("chariot-")
+def test_without_the_setting_predict_runs_on_a_worker_thread(faulty_engine):
+    assert label(faulty_engine, "thread").startswith("chariot-")
 
 
 def test_an_inline_predict_may_use_every_core(inline):

@@ -1,25 +1,37 @@
-"""Request ids from Chariot's `Chariot-Inference-Base-ID` header: the reply's id and the request's log line carry it
-when the body has no id and there is no X-Request-ID, over REST (V2, the root /infer, V1) and gRPC (metadata)."""
+"""Where a request's id comes from, for every protocol: the body's id, else the X-Request-ID header, else Chariot's
+`Chariot-Inference-Base-ID` header, else one the engine makes up (a UUID, new for each request). The reply and the
+request's log line carry it, over REST (V2, the root /infer, chariot-v2, V1) and gRPC (the same names as metadata).
+
+The id is chosen before the task type matters, so these run on one task type's engine."""
 
 import json
+import re
 
 import grpc
 import pytest
 import requests
 from mlserver.grpc.dataplane_pb2_grpc import GRPCInferenceServiceStub
 
-from chariot_support.dev.testing import chariot_request, grpc_request, image_input
+from chariot_support.dev.testing import chariot_request, encode_image, grpc_request, image_input
 from chariot_support.model.tasks import TaskType
 
 BASE = "Chariot-Inference-Base-ID"
+V2 = "/v2/models/m-demo/infer"
+UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 
-def body(task: TaskType, scene, **top) -> dict:
-    parameters = {"prompts": ["what colours?"]} if task is TaskType.IMAGE_TEXT_TO_TEXT else {}
-    return {**chariot_request(image_input("image-0", scene.pixels, **parameters)), **top}
+@pytest.fixture(scope="module")
+def engine(demo_engine):
+    return demo_engine(TaskType.OBJECT_DETECTION)
+
+
+@pytest.fixture(scope="module")
+def body(scene) -> dict:
+    return chariot_request(image_input("image-0", scene.pixels))
 
 
 def logged(engine, request_id: str) -> dict:
+    """The request's log line (the one with its latency) under `request_id`."""
     log = engine.wait_for_log(f'"request_id": "{request_id}"')
     (line,) = [
         json.loads(entry)
@@ -29,65 +41,72 @@ def logged(engine, request_id: str) -> dict:
     return line
 
 
-@pytest.mark.parametrize("path", ["/v2/models/m-demo/infer", "/v2/models/m-demo/infer/", "/infer"])
-def test_base_id_is_the_reply_id_and_the_logged_id(engine, task, scene, path):
-    request_id = f"base-{task.name.lower()}{path.replace('/', '_')}"
-    reply = requests.post(engine.url + path, json=body(task, scene), headers={BASE: request_id}, timeout=30)
+def reply_id(engine, body: dict, path: str = V2, **headers) -> str:
+    reply = requests.post(engine.url + path, json=body, headers=headers, timeout=30)
     assert reply.status_code == 200, reply.text
-    assert reply.json()["id"] == request_id
-    assert logged(engine, request_id)["status"] == 200
+    return reply.json()["id"]
 
 
-def test_x_request_id_comes_before_the_base_id(engine, task, scene):
-    own = f"own-{task.name.lower()}"
-    reply = requests.post(
-        f"{engine.url}/v2/models/m-demo/infer",
-        json=body(task, scene),
-        headers={BASE: "base-ignored", "X-Request-ID": own},
-        timeout=30,
-    )
-    assert reply.json()["id"] == own
+def test_the_body_id_then_x_request_id_then_the_base_id_then_a_new_one(engine, body):
+    both = {BASE: "base-ignored", "X-Request-ID": "own-ignored"}
+    assert reply_id(engine, {**body, "id": "in-the-body"}, **both) == "in-the-body"
+    assert reply_id(engine, body, **both) == "own-ignored"
+    assert reply_id(engine, body, **{BASE: "base-only"}) == "base-only"
+    made = [reply_id(engine, body) for _ in range(2)]
+    assert all(UUID.fullmatch(each) for each in made) and made[0] != made[1], made
+    for request_id in ("in-the-body", "own-ignored", "base-only", *made):
+        assert logged(engine, request_id)["status"] == 200
 
 
-def test_the_body_id_comes_first(engine, task, scene):
-    reply = requests.post(
-        f"{engine.url}/v2/models/m-demo/infer",
-        json=body(task, scene, id="in-the-body"),
-        headers={BASE: "base-ignored"},
-        timeout=30,
-    )
-    assert reply.json()["id"] == "in-the-body"
+@pytest.mark.parametrize("path", [V2, V2 + "/", "/infer"])
+def test_the_base_id_is_the_reply_id_and_the_logged_id_on_every_v2_path(engine, body, path):
+    request_id = f"base{path.replace('/', '_')}"
+    assert reply_id(engine, body, path, **{BASE: request_id}) == request_id
+    assert logged(engine, request_id)["path"] == path
 
 
-def test_a_refused_request_is_logged_under_the_base_id(engine, task):
-    request_id = f"refused-{task.name.lower()}"
-    reply = requests.post(
-        f"{engine.url}/v2/models/m-demo/infer", json={"inputs": []}, headers={BASE: request_id}, timeout=30
-    )
+def test_a_refused_request_is_logged_under_the_base_id(engine):
+    reply = requests.post(engine.url + V2, json={"inputs": []}, headers={BASE: "refused-base"}, timeout=30)
     assert reply.status_code == 400
-    assert logged(engine, request_id)["status"] == 400
+    assert logged(engine, "refused-base")["status"] == 400
 
 
-def test_grpc_base_id_metadata(engine, task, scene, model_name):
-    request_id = f"grpc-base-{task.name.lower()}"
-    with grpc.insecure_channel(engine.grpc_address) as channel:
-        answer = GRPCInferenceServiceStub(channel).ModelInfer(
-            grpc_request(body(task, scene), model_name), metadata=[(BASE.lower(), request_id)], timeout=30
-        )
-    assert answer.id == request_id
-    line = logged(engine, request_id)
-    assert line["protocol"] == "grpc" and line["status"] == 200
+def test_chariot_v2_answers_with_the_id_in_its_header(engine, scene):
+    image = {"input": encode_image(scene.pixels)}
+    reply = requests.post(f"{engine.url}/infer", json=image, headers={BASE: "base-v2"}, timeout=30)
+    assert reply.status_code == 200, reply.text
+    assert reply.headers["x-request-id"] == "base-v2"
+    line = logged(engine, "base-v2")
+    assert (line["path"], line["status"]) == ("/infer", 200)
+    own = requests.post(
+        f"{engine.url}/infer", json=image, headers={BASE: "ignored", "X-Request-ID": "own-v2"}, timeout=30
+    )
+    assert own.headers["x-request-id"] == "own-v2"
 
 
-def test_v1_predict_takes_the_base_id_too(engine, task, scene):
-    from chariot_support.dev.testing import encode_image
-
-    request_id = f"v1-base-{task.name.lower()}"
-    instance = {"image": {"b64": encode_image(scene.pixels)}}
-    if task is TaskType.IMAGE_TEXT_TO_TEXT:
-        instance["prompts"] = ["what colours?"]
+def test_v1_predict_takes_the_base_id_too(engine, scene):
+    instances = {"instances": [{"image": {"b64": encode_image(scene.pixels)}}]}
     reply = requests.post(
-        f"{engine.url}/v1/models/m-demo:predict", json={"instances": [instance]}, headers={BASE: request_id}, timeout=30
+        f"{engine.url}/v1/models/m-demo:predict", json=instances, headers={BASE: "v1-base"}, timeout=30
     )
     assert reply.status_code == 200, reply.text
-    assert logged(engine, request_id)["status"] == 200
+    assert logged(engine, "v1-base")["status"] == 200
+
+
+def test_grpc_takes_the_same_ids_from_the_message_and_its_metadata(engine, body, model_name):
+    base = (BASE.lower(), "grpc-base-ignored")
+    with grpc.insecure_channel(engine.grpc_address) as channel:
+        stub = GRPCInferenceServiceStub(channel)
+
+        def answered_id(message, *metadata) -> str:
+            return stub.ModelInfer(message, metadata=metadata, timeout=30).id
+
+        plain = grpc_request(body, model_name)
+        assert answered_id(grpc_request({**body, "id": "grpc-body"}, model_name), base) == "grpc-body"
+        assert answered_id(plain, base, ("x-request-id", "grpc-own")) == "grpc-own"
+        assert answered_id(plain, (BASE.lower(), "grpc-base")) == "grpc-base"
+        made = [answered_id(plain) for _ in range(2)]
+    assert all(UUID.fullmatch(each) for each in made) and made[0] != made[1], made
+    for request_id in ("grpc-body", "grpc-own", "grpc-base"):
+        line = logged(engine, request_id)
+        assert line["protocol"] == "grpc" and line["status"] == 200

@@ -6,6 +6,7 @@ import math
 import cv2
 import numpy as np
 import pytest
+from fuzzing import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -39,7 +40,7 @@ def test_a_tall_page_keeps_its_sides_within_the_picture():
     assert 0 <= box.w <= 1 and 0 <= box.h <= 1
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300))
 @given(
     cx=st.floats(150, 250),
     cy=st.floats(100, 200),

@@ -1,11 +1,14 @@
 """The engine's settings are one typed object read once, and the engine README's table of variables matches it."""
 
+import asyncio
 import re
 from pathlib import Path
 
 import pytest
+from faulty_engine.model import FaultyModel
 
-from chariot_support.settings import EngineSettings, config
+from chariot_support.serving.server import build_server
+from chariot_support.settings import EngineSettings
 from template_paths import ENGINE_TEMPLATE
 
 ROW = re.compile(r"^\| `(?P<name>[A-Z_]+)` \| (?P<default>[^|]+) \|")
@@ -34,13 +37,47 @@ def test_the_readme_gives_each_settings_default(name):
         assert default in ("", 0), f"{name}'s default {default!r} is not shown in the README ({shown})"
 
 
-def test_settings_are_read_once():
-    assert config() is config()
+def test_the_engine_is_built_from_the_settings_it_was_handed_whatever_the_environment_says(
+    monkeypatch, released_metrics
+):
+    """The engine reads its settings once, where it starts (serving/server.py), and hands that object to every part:
+    a part that read the environment again would serve by other settings than the ones the engine logged."""
+    handed = EngineSettings.from_env(
+        {
+            "CHARIOT_MODEL_VERSION": "4",
+            "CHARIOT_MAX_INPUTS": "7",
+            "CHARIOT_BODY_BUDGET_MB": "300",
+            "CHARIOT_GRPC_MAX_CALLS": "5",
+            "CHARIOT_GRPC_READ_TIMEOUT": "3",
+        }
+    )
+    for name, value in {
+        "CHARIOT_MODEL_VERSION": "9",
+        "CHARIOT_MAX_INPUTS": "2",
+        "CHARIOT_BODY_BUDGET_MB": "900",
+        "CHARIOT_GRPC_MAX_CALLS": "50",
+        "CHARIOT_GRPC_READ_TIMEOUT": "30",
+    }.items():
+        monkeypatch.setenv(name, value)
+
+    async def build():  # on an event loop, as the engine builds its server: MLServer sets signal handlers on it
+        return build_server(FaultyModel, "faulty", handed)
+
+    server = asyncio.run(build())
+    assert server.engine is handed
+    # The runtime gets them with the model's settings, in this process or a parallel worker.
+    assert EngineSettings.from_json(server.model.parameters.extra["engine_settings"]) == handed
+    assert server.model.versions == ["4"]
+    assert server.body_budget.capacity == 300 << 20
+    limits, _ = server.grpc_limits(server.settings)
+    assert (limits.max_calls, limits.read_timeout) == (5, 3.0)
 
 
 def test_defaults_and_values_read_from_the_environment():
     defaults = EngineSettings.from_env({})
     assert defaults.predict_timeout == 60.0 and defaults.repository_api is False and defaults.threads >= 1
+    # The slow-client tests run with shorter read deadlines; these are the ones an engine starts with.
+    assert (defaults.header_timeout, defaults.body_timeout, defaults.min_body_rate) == (10.0, 10.0, 1)
     chosen = EngineSettings.from_env(
         {"CHARIOT_PREDICT_TIMEOUT": "2.5", "CHARIOT_REPOSITORY_API": "1", "CHARIOT_THREADS": "3", "MODEL_DIR": "/m"}
     )

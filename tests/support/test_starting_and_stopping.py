@@ -38,8 +38,10 @@ def settings_line(entries: list[dict]) -> dict:
     return line
 
 
+@pytest.mark.slow
 def test_while_workers_load_the_engine_answers_503_with_retry_after_and_every_process_logs_json():
-    env = {"MLSERVER_PARALLEL_WORKERS": str(WORKERS), "FAULTY_LOAD_SECONDS": "8", "CHARIOT_THREADS": "2"}
+    # The workers take 4 s to load the model; the checks below take well under a second once REST answers.
+    env = {"MLSERVER_PARALLEL_WORKERS": str(WORKERS), "FAULTY_LOAD_SECONDS": "4", "CHARIOT_THREADS": "2"}
     with run_engine("faulty_engine", src=HERE, env=env, loading=True) as engine:
         health = requests.get(f"{engine.url}/v2/health/ready", timeout=5)
         root = requests.get(f"{engine.url}/ready", timeout=5)

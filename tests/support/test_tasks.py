@@ -7,6 +7,7 @@ import cv2
 import numpy as np
 import orjson
 import pytest
+from fuzzing import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
@@ -78,7 +79,7 @@ CONTOUR = hnp.arrays(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300))
 @given(st.lists(st.tuples(LABELS, st.floats(0, 1), st.lists(CONTOUR, max_size=4)), max_size=4))
 def test_to_json_writes_what_to_dicts_gives(regions):
     """Contours are written straight from their arrays by rewriting brackets; whatever the numbers and labels, the

@@ -1,15 +1,23 @@
-"""Your model, served as Chariot serves it. Whatever it finds, it must answer every picture in samples/ with valid
-results of its task type, over REST and gRPC, give the same answers to concurrent requests when it says it is
-thread-safe, and explain when it has an explain. This file belongs to the engine (template updates keep it
-current); what your model should find goes in test_task.py."""
+"""Your model, served as Chariot serves it. Whatever it finds, the engine must answer every picture in samples/ with
+what your model finds in it, in its task type's format, over REST and gRPC, give the same answers to concurrent
+requests when it says it is thread-safe, and explain when it has an explain. This file belongs to the engine
+(template updates keep it current); what your model should find goes in test_task.py."""
 
 import grpc
 import pytest
 from mlserver.grpc.dataplane_pb2_grpc import GRPCInferenceServiceStub
 
-from chariot_support.dev.model_check import ServedModel, check_explanations, check_results, picture_input, same_answers
-from chariot_support.dev.testing import grpc_request, grpc_results
+from chariot_support.dev.model_check import (
+    PROMPTS,
+    ServedModel,
+    check_explanations,
+    check_results,
+    picture_input,
+    same_answers,
+)
+from chariot_support.dev.testing import answer, grpc_request, grpc_results, read_picture
 from chariot_support.model.base import has_explain
+from chariot_support.model.tasks import TaskType, to_dicts
 
 
 @pytest.fixture(scope="session")
@@ -22,8 +30,15 @@ def answers(served) -> list[list[dict]]:
     return served.infer()
 
 
-def test_every_sample_picture_gets_valid_results(answers, pictures, served):
-    assert len(answers) == len(pictures)
+def test_each_sample_picture_is_answered_with_what_the_model_finds_in_it(served, model, model_class, pictures):
+    """Sent alone, each picture is answered with your model's own results for it, as the engine sends them: in the
+    task's format, for its default action (and the prompts asked, in order, for Image Text to Text)."""
+    task = model_class.task_type
+    prompts = PROMPTS if task is TaskType.IMAGE_TEXT_TO_TEXT else ()
+    for picture in pictures:
+        (answered,) = served.infer([picture])
+        found = to_dicts(answer(model, read_picture(picture, action=task.actions[0], prompts=prompts)))
+        assert same_answers(answered, found), f"{picture.name}: the engine answered {answered}, the model finds {found}"
     # Image Text to Text: each picture sent without prompts too, as Chariot may send it (one answer about the picture,
     # or your model's own 400 saying it needs a prompt).
     served.check_without_prompts()

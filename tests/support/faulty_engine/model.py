@@ -34,6 +34,11 @@ class FaultyModel(ChariotModel):
         if fault == "whoami":  # which copy of the model answered, and how many threads each predict may use
             time.sleep(float(parameters.get("seconds", 0)))
             return [[Detection(label=f"{id(self)}/{self.threads}", score=0.9, xmin=1, xmax=5, ymin=2, ymax=6)]]
+        if fault == "span":  # which copy answered, and when its predict began and ended, by the engine's clock
+            began = time.monotonic()
+            time.sleep(float(parameters.get("seconds", 0)))
+            label = f"{id(self)}/{self.threads}/{began!r}/{time.monotonic()!r}"
+            return [[Detection(label=label, score=0.9, xmin=1, xmax=5, ymin=2, ymax=6)]]
         if fault == "thread":  # the thread predict runs on
             return [[Detection(label=threading.current_thread().name, score=0.9, xmin=1, xmax=5, ymin=2, ymax=6)]]
         if fault == "hang":  # a predict that, as far as any request can wait, never returns

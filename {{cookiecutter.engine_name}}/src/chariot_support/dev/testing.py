@@ -107,13 +107,15 @@ def read_picture(path: Path, **settings: Any) -> Image:
 
 
 def answer(model: Any, image: Image) -> list:
-    """What the engine answers for `image` from `model.predict`: the results checked against the task's format,
-    then `score_threshold`, `action` and prompt order applied."""
+    """What the engine answers for `image` from `model.predict`: the results checked against the task's format and
+    kept inside the picture, then `score_threshold`, `action` and prompt order applied."""
+    from chariot_support.model.bounds import inside_image
     from chariot_support.model.tasks import select, validate_results
 
     task = model.task_type
     (checked,) = validate_results(task, model.predict([image], {}), [image.name])
-    return select(task, checked, action=image.action, score_threshold=image.score_threshold, prompts=image.prompts)
+    inside = inside_image(task, checked, image.width, image.height)
+    return select(task, inside, action=image.action, score_threshold=image.score_threshold, prompts=image.prompts)
 
 
 def image_input(name: str, rgb: np.ndarray, **parameters: Any) -> dict:

@@ -27,7 +27,8 @@ class Model(ChariotModel):
         answers = []
         for image in images:
             text = "\n".join(self.read(image.bgr[y0:y1, x0:x1]) for x0, y0, x1, y1 in self.lines(image))
-            answers.append([PromptAnswer(prompt=prompt, answer=text) for prompt in image.prompts])
+            # A reader answers every question with the page's text; asked none, it reads the page all the same.
+            answers.append([PromptAnswer(prompt=prompt, answer=text) for prompt in image.prompts or ("",)])
         return answers
 
     def lines(self, image: Image) -> list[tuple[int, int, int, int]]:

@@ -165,14 +165,16 @@ class EngineServer(MLServer):
         self._stopped = asyncio.Event()
         # MLServer's own stop closes the parallel workers first, failing every request still in them. The engine
         # drains instead: it stops taking connections and calls, answers those it took, and stops the workers last.
-        await self.drain(sig)
-        if getattr(self._data_plane, "workers", None) is not None:
-            self._data_plane.workers.closing = True  # workers that exit now are leaving, not dying
-        if self._inference_pool_registry is not None:
-            await self._inference_pool_registry.close()
-        if self._metrics_server is not None:
-            await self._metrics_server.stop(sig)
-        self._stopped.set()
+        try:
+            await self.drain(sig)
+            if getattr(self._data_plane, "workers", None) is not None:
+                self._data_plane.workers.closing = True  # workers that exit now are leaving, not dying
+            if self._inference_pool_registry is not None:
+                await self._inference_pool_registry.close()
+            if self._metrics_server is not None:
+                await self._metrics_server.stop(sig)
+        finally:
+            self._stopped.set()  # start() waits for it: whatever went wrong, the process must not wait for ever
 
     async def drain(self, sig: int | None) -> None:
         """Stop taking requests and answer those in flight (a subclass says how long it waits for them)."""

@@ -196,9 +196,14 @@ class InferenceFront:
                 return scope.get(ANSWERED, 499)  # the client left, or was cut for its slowness
             if encoding:  # inflated off the event loop: a bomb takes a step past the limit, health answers meanwhile
                 too_large = functools.partial(body_too_large, max_bytes=self.max_bytes)
+                # The most it may inflate to is held in the body budget while it does, so that bombs sent at once
+                # wait their turn (or get a 503) instead of each growing to the limit outside the budget.
+                await budget.reserve(self.max_bytes)
+                held += self.max_bytes
                 body = await asyncio.to_thread(inflate, body, encoding, self.max_bytes, too_large)
-                await budget.reserve(len(body))
-                held += len(body)
+                unused = self.max_bytes - len(body)
+                budget.release(unused)
+                held -= unused
             # A V2 body in the binary tensor data extension: JSON for its first `head` bytes, then tensor bytes.
             head = v2_binary.head_length(headers.get(v2_binary.HEADER), len(body)) if kind != "v1" else None
             problem = await shape_problem(body, max_elements=self.max_elements, max_depth=self.max_depth, end=head)

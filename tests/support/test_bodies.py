@@ -102,3 +102,26 @@ def test_a_gzip_bomb_sent_to_the_engine_is_413_while_health_answers(scene):
             timeout=30,
         )
         assert plain.status_code == 200, plain.text
+
+
+@pytest.mark.hostile
+def test_gzip_bombs_sent_at_once_inflate_one_at_a_time_within_the_body_budget():
+    """Each compressed body holds the request limit in the body budget while it inflates: with room for one, bombs
+    sent at once do not all grow to the limit side by side; those that find no room in time get a 503."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    bomb = gzip.compress(bytes(256 << 20), compresslevel=9)  # 256 MiB of zeros in about 250 KiB
+    env = {"CHARIOT_MAX_REQUEST_MB": "64", "CHARIOT_BODY_BUDGET_MB": "66", "CHARIOT_ADMISSION_WAIT": "0.05"}
+    with run_demo_engine(TaskType.OBJECT_DETECTION, env=env) as engine:
+        url = f"{engine.url}/v2/models/m-demo/infer"
+        with ThreadPoolExecutor(4) as pool:
+            replies = list(
+                pool.map(
+                    lambda _: requests.post(url, data=bomb, headers={"Content-Encoding": "gzip"}, timeout=60), range(4)
+                )
+            )
+        statuses = sorted(r.status_code for r in replies)
+        assert set(statuses) <= {413, 503} and 413 in statuses, statuses
+        # Inflating one to the 64 MiB limit takes about 0.2 s here, four times the 0.05 s others may wait.
+        assert 503 in statuses, f"every bomb inflated at once ({statuses}): none waited for the budget"
+        assert requests.get(f"{engine.url}/v2/health/ready", timeout=5).status_code == 200

@@ -14,9 +14,21 @@ from hostile import HealthProbe
 from chariot_support.dev.testing import chariot_request, image_input, run_demo_engine
 from chariot_support.errors import BadRequest, ChariotError
 from chariot_support.model.tasks import TaskType
-from chariot_support.rest.bodies import INFLATE_STEP, BodyTooLarge, inflate
+from chariot_support.rest.bodies import _SMALL_BODY, INFLATE_STEP, BodyTooLarge, inflate, json_shape
 
 PLAIN = b'{"inputs": []}' * 1000
+
+
+@pytest.mark.parametrize("size", [200, _SMALL_BODY, _SMALL_BODY + 1, 300_000])
+def test_a_body_s_values_and_depth_are_counted_alike_whatever_its_size(size):
+    """Small bodies are counted with bytes.count, larger ones with numpy: both give every comma and bracket of the
+    JSON, and none of the binary data after it."""
+    unit = b'{"a": [1, [2, 3]], "b": "x,y"},'
+    body = b"[" + unit * (size // len(unit)) + b"0]"
+    opens = body.count(b"[") + body.count(b"{")
+    counts = (body.count(b",") + 1, opens if opens <= 64 else 4)  # past 64 opening brackets, the depth itself
+    assert json_shape(body) == counts
+    assert json_shape(body + b",[{" * 1000, len(body)) == counts  # the tensor bytes after the JSON are not counted
 
 
 def too_large(size: str) -> str:

@@ -5,6 +5,7 @@ import asyncio
 import base64
 import csv
 import json
+import os
 import subprocess
 import sys
 import urllib.request
@@ -22,6 +23,7 @@ JSON = {"Content-Type": "application/json"}
 sys.path.insert(0, str(BENCH))
 
 import load  # noqa: E402
+import machine_load  # noqa: E402
 import report  # noqa: E402
 import run  # noqa: E402
 from images import image, scene  # noqa: E402
@@ -145,3 +147,27 @@ def test_batching_bench_drives_the_fixed_cost_engine_off_and_on(capsys):
     assert result["off"]["images_per_call"] == 1, "batching is off by default"
     assert result["on"]["images_per_call"] > 1, "with batching on, requests shared predict calls"
     assert "throughput on/off" in capsys.readouterr().out
+
+
+def test_the_machine_load_adds_up():
+    stat = "cpu  100 5 50 1000 20 3 2 1 0 0\ncpu0 50 2 25 500 10 1 1 0 0 0\n"
+    assert machine_load.machine_busy_ticks(stat) == 100 + 5 + 50 + 3 + 2 + 1  # idle and iowait are not busy
+    # Over 2 s the machine spent 3 CPU-seconds busy, the measured processes 2: others kept half a CPU busy.
+    ticks = machine_load.TICKS
+    assert machine_load.others_cpus(3 * ticks, 2 * ticks, 2.0) == pytest.approx(0.5)
+    # A process that started in between counts from zero; one that ended drops out.
+    assert machine_load.ticks_between({1: 10, 2: 5}, {1: 25, 3: 4}) == 15 + 4
+
+
+def test_the_machine_load_probe_counts_a_measured_process_as_its_own_and_another_as_others():
+    spin = "import time\nend = time.process_time() + 0.6\nwhile time.process_time() < end: pass\n"
+    measured = subprocess.Popen([sys.executable, "-c", spin])
+    probe = machine_load.LoadProbe(lambda: [measured.pid], interval=0.1)
+    probe.start()
+    first = machine_load.process_ticks([measured.pid])
+    measured.wait(30)
+    load = probe.stop(measured_seconds=sum(first.values()) / machine_load.TICKS + 0.6)
+    assert load["load_samples"] >= 3 and load["load_1m"] >= 0
+    # The spinning process is the measured one: what is left is the rest of the machine (the other engineer's
+    # work included), not the core it kept busy.
+    assert -0.3 < load["others_cpus_run"] < (os.cpu_count() or 1)

@@ -354,7 +354,18 @@ def main(argv: list[str] | None = None) -> int:
         "results go to bench/out/against-<commit> unless --results says otherwise",
     )
     parser.add_argument("--results", type=Path, help="where the CSV and chart go (default bench/results)")
+    parser.add_argument(
+        "--peers",
+        nargs="?",
+        const="all",
+        metavar="NAMES",
+        help="the engine beside bare MLServer and other serving frameworks (fastapi, litserve, kserve, bentoml, or a "
+        "comma-separated few of them), each in a venv of its own under bench/out/peers; REST scenarios in JSON only "
+        "(tiny and detect unless --only says otherwise); results in bench/results/peers.*",
+    )
     args = parser.parse_args(argv)
+    if args.peers and (args.against or args.profile):
+        parser.error("--peers does not combine with --against or --profile")
     rounds = args.rounds or (1 if args.quick else 5)
     share, duration = (0.25, 6.0) if args.quick else (1.0, 20.0)
     scenarios = [s for s in SCENARIOS if not args.only or any(o.lower() in s.name.lower() for o in args.only)]
@@ -364,6 +375,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"machine: {machine()}", flush=True)
     print("baking engines ...", flush=True)
     src = bake(out)
+    if args.peers:
+        import peers
+
+        return peers.main(args, src, out)
     earlier, baseline_name = None, "bare MLServer"
     if args.against:
         sha, template = template_at(args.against, out)

@@ -196,3 +196,155 @@ def write_chart(rows: list[Row], path: Path, title: str) -> None:
     figure.tight_layout()
     figure.savefig(path, dpi=100)
     plt.close(figure)
+
+
+# --- `--peers`: the engine beside each peer, ratio per round ---------------------------------------------------
+
+PEER_RATIOS = ("rps", "p50_ms", "p99_ms", "cpu_ms", "rss_mb")
+RUN_COLUMNS = ("rps", "p50_ms", "p99_ms", "cpu_ms", "rss_mb", "processes", "startup_s", "others_cpus", "load_1m")
+RUN_HEADINGS = {
+    "rps": "req/s",
+    "p50_ms": "p50 (ms)",
+    "p99_ms": "p99 (ms)",
+    "cpu_ms": "CPU (ms/req)",
+    "rss_mb": "peak RSS (MB)",
+    "processes": "processes",
+    "startup_s": "startup (s)",
+    "others_cpus": "others (CPUs)",
+    "load_1m": "load 1m",
+}
+
+
+def _order(measurements: Iterable[Mapping], key: str, first: Iterable[str] = ()) -> list[str]:
+    seen = dict.fromkeys(k for k in first if any(m[key] == k for m in measurements))
+    seen.update(dict.fromkeys(m[key] for m in measurements))
+    return list(seen)
+
+
+def peer_ratios(measurements: list[Mapping]) -> dict[tuple[str, str, str], tuple[float, float, float, int]]:
+    """(scenario, server, metric) -> median, min and max over rounds of the engine's figure over the server's in the
+    same round, and how many rounds had both."""
+    by_round: dict[tuple[str, str, str], dict[int, float]] = {}
+    for m in measurements:
+        for metric in PEER_RATIOS:
+            if m.get(metric) is not None:
+                by_round.setdefault((m["scenario"], m["server"], metric), {})[m["round"]] = float(m[metric])
+    ratios = {}
+    for (scenario, server, metric), values in by_round.items():
+        if server == "engine":
+            continue
+        engine = by_round.get((scenario, "engine", metric), {})
+        per_round = [engine[r] / v for r, v in values.items() if r in engine and v]
+        if per_round:
+            ratios[(scenario, server, metric)] = (*_spread(per_round), len(per_round))
+    return ratios
+
+
+def _md(headings: list[str], lines: list[list[str]]) -> str:
+    lines = [headings, *lines]
+    widths = [max(len(line[i]) for line in lines) for i in range(len(headings))]
+    out = []
+    for index, line in enumerate(lines):
+        out.append("| " + " | ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)) + " |")
+        if index == 0:
+            out.append("|" + "|".join("-" * (width + 2) for width in widths) + "|")
+    return "\n".join(out)
+
+
+def peer_tables(measurements: list[Mapping], labels: Mapping[str, str]) -> tuple[str, str]:
+    """Two Markdown tables: engine/server ratios per scenario and server, median [min-max] over rounds; and each
+    server's own medians per scenario, with the machine's other load while it was measured."""
+    ratios = peer_ratios(measurements)
+    servers = _order(measurements, "server", labels)
+    scenarios = [s for s in _order(measurements, "scenario") if not s.startswith("startup")]
+    rows = []
+    for scenario in scenarios:
+        for server in servers:
+            cells = [ratios.get((scenario, server, metric)) for metric in PEER_RATIOS]
+            if not any(cells):
+                continue
+            rows.append(
+                [scenario, f"engine / {labels.get(server, server)}"]
+                + [f"{c[0]:.2f} [{c[1]:.2f}-{c[2]:.2f}]" if c else "" for c in cells]
+            )
+    ratio_table = _md(["scenario", "against", *(METRICS[m][0] for m in PEER_RATIOS)], rows)
+
+    grouped: dict[tuple[str, str, str], list[float]] = {}
+    for m in measurements:
+        for column in RUN_COLUMNS:
+            if m.get(column) is not None:
+                grouped.setdefault((m["scenario"], m["server"], column), []).append(float(m[column]))
+    rows = []
+    for scenario in _order(measurements, "scenario"):
+        for server in servers:
+            values = [grouped.get((scenario, server, c)) for c in RUN_COLUMNS]
+            if not any(values):
+                continue
+            rows.append(
+                [scenario, labels.get(server, server)]
+                + ["" if v is None else _fmt(statistics.median(v)) for v in values]
+            )
+    absolute = _md(["scenario", "server", *(RUN_HEADINGS[c] for c in RUN_COLUMNS)], rows)
+    return ratio_table, absolute
+
+
+def write_peer_csv(measurements: list[Mapping], labels: Mapping[str, str], path: Path) -> None:
+    """The ratios, one line per scenario, server and metric."""
+    with open(path, "w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["scenario", "server", "metric", "unit", "ratio_median", "ratio_min", "ratio_max", "rounds"])
+        for (scenario, server, metric), (median, low, high, rounds) in peer_ratios(measurements).items():
+            writer.writerow(
+                [
+                    scenario,
+                    labels.get(server, server),
+                    metric,
+                    METRICS[metric][1],
+                    round(median, 4),
+                    round(low, 4),
+                    round(high, 4),
+                    rounds,
+                ]
+            )
+
+
+def peer_runs_csv(measurements: list[Mapping], labels: Mapping[str, str], path: Path) -> None:
+    """Every measured run (and every start-up) as it was, with the machine's other load over it."""
+    columns = ["round", "scenario", "server", *RUN_COLUMNS, "others_cpus_run", "load_samples", "client_cpu_share"]
+    with open(path, "w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(columns)
+        for m in measurements:
+            row = {**m, "server": labels.get(m["server"], m["server"])}
+            writer.writerow(["" if row.get(c) is None else row[c] for c in columns])
+
+
+def peer_chart(measurements: list[Mapping], labels: Mapping[str, str], path: Path, title: str) -> None:
+    """One panel per scenario: engine/server bars for throughput, p99 and CPU per request, with their min-max."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ratios = peer_ratios(measurements)
+    scenarios = [s for s in _order(measurements, "scenario") if not s.startswith("startup")]
+    servers = [s for s in _order(measurements, "server", labels) if s != "engine"]
+    shown = ("rps", "p99_ms", "cpu_ms")
+    figure, panels = plt.subplots(1, len(scenarios), figsize=(5 * len(scenarios) + 2, 4.5), squeeze=False)
+    width = 0.8 / len(shown)
+    for panel, scenario in zip(panels[0], scenarios, strict=True):
+        for index, metric in enumerate(shown):
+            cells = [ratios.get((scenario, server, metric)) for server in servers]
+            xs = [i + (index - 1) * width for i in range(len(servers))]
+            medians = [c[0] if c else 0.0 for c in cells]
+            errors = [[c[0] - c[1] if c else 0 for c in cells], [c[2] - c[0] if c else 0 for c in cells]]
+            panel.bar(xs, medians, width, yerr=errors, capsize=2, label=f"{METRICS[metric][0]} (engine/server)")
+        panel.axhline(1.0, color="black", linewidth=0.8)
+        panel.set_xticks(range(len(servers)), [labels.get(s, s) for s in servers], rotation=20, fontsize=8)
+        panel.set_title(scenario, fontsize=10)
+    panels[0][0].set_ylabel("engine / server (median, min-max over rounds)")
+    panels[0][-1].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    figure.suptitle(title, fontsize=10)
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    plt.close(figure)

@@ -33,6 +33,7 @@ ROOT = BENCH.parent
 sys.path.insert(0, str(BENCH))
 
 from images import b64, image  # noqa: E402
+from machine_load import LoadProbe  # noqa: E402
 from report import summarise, table, write_chart, write_csv  # noqa: E402
 
 TICKS = os.sysconf("SC_CLK_TCK")
@@ -141,8 +142,12 @@ class Server:
     def infer_url(self) -> str:
         return f"http://127.0.0.1:{self.http}/v2/models/m-demo/infer"
 
+    @property
+    def ready_url(self) -> str:
+        return f"http://127.0.0.1:{self.http}/v2/models/m-demo/ready"
+
     def _wait_ready(self, timeout: float = 120) -> float:
-        url = f"http://127.0.0.1:{self.http}/v2/models/m-demo/ready"
+        url = self.ready_url
         while True:
             try:
                 with urllib.request.urlopen(url, timeout=2) as response:
@@ -210,10 +215,17 @@ class Server:
 
 
 def measure(
-    server: Server, scenario: Scenario, body_path: Path, count: int, duration: float, head: int | None = None
+    server: Server,
+    scenario: Scenario,
+    body_path: Path,
+    count: int,
+    duration: float,
+    head: int | None = None,
+    machine_load: bool = False,
 ) -> dict:
     """One run of the load on `server`; `head`, the length of the body's JSON when it is in the binary tensor data
-    extension."""
+    extension. With `machine_load`, the result also says how busy the machine was with anything but the server and
+    the load generator while the run lasted (`machine_load.py`)."""
     target = server.infer_url if scenario.protocol == "rest" else f"127.0.0.1:{server.grpc}"
     command = [
         sys.executable,
@@ -238,11 +250,15 @@ def measure(
         raise RuntimeError(f"the load generator failed to warm up {server.kind} for {scenario.name}")
     server.reset_peak_rss()
     cpu = server.cpu_seconds()
+    probe = LoadProbe(lambda: [*server.pids(), client.pid]) if machine_load else None
+    if probe:
+        probe.start()
     client.stdin.write("go\n")
     client.stdin.flush()
     out, _ = client.communicate(timeout=duration + 120)
     cpu = server.cpu_seconds() - cpu
     result = json.loads(out)
+    load = probe.stop(cpu + result["client_cpu"]) if probe else {}
     if result["errors"] or client.returncode:
         raise RuntimeError(
             f"{server.kind} failed {len(result['errors'])} requests in {scenario.name}: {result['errors'][:3]}"
@@ -259,6 +275,7 @@ def measure(
         "cpu_ms": cpu * 1000 / done,
         "rss_mb": server.peak_rss_mb(),
         "client_cpu_share": result["client_cpu"] / result["elapsed"],
+        **load,
     }
 
 
@@ -337,7 +354,18 @@ def main(argv: list[str] | None = None) -> int:
         "results go to bench/out/against-<commit> unless --results says otherwise",
     )
     parser.add_argument("--results", type=Path, help="where the CSV and chart go (default bench/results)")
+    parser.add_argument(
+        "--peers",
+        nargs="?",
+        const="all",
+        metavar="NAMES",
+        help="the engine beside bare MLServer and other serving frameworks (fastapi, litserve, kserve, bentoml, or a "
+        "comma-separated few of them), each in a venv of its own under bench/out/peers; REST scenarios in JSON only "
+        "(tiny and detect unless --only says otherwise); results in bench/results/peers.*",
+    )
     args = parser.parse_args(argv)
+    if args.peers and (args.against or args.profile):
+        parser.error("--peers does not combine with --against or --profile")
     rounds = args.rounds or (1 if args.quick else 5)
     share, duration = (0.25, 6.0) if args.quick else (1.0, 20.0)
     scenarios = [s for s in SCENARIOS if not args.only or any(o.lower() in s.name.lower() for o in args.only)]
@@ -347,6 +375,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"machine: {machine()}", flush=True)
     print("baking engines ...", flush=True)
     src = bake(out)
+    if args.peers:
+        import peers
+
+        return peers.main(args, src, out)
     earlier, baseline_name = None, "bare MLServer"
     if args.against:
         sha, template = template_at(args.against, out)

@@ -5,6 +5,9 @@ import asyncio
 import base64
 import csv
 import json
+import os
+import py_compile
+import re
 import subprocess
 import sys
 import urllib.request
@@ -22,6 +25,8 @@ JSON = {"Content-Type": "application/json"}
 sys.path.insert(0, str(BENCH))
 
 import load  # noqa: E402
+import machine_load  # noqa: E402
+import peers  # noqa: E402
 import report  # noqa: E402
 import run  # noqa: E402
 from images import image, scene  # noqa: E402
@@ -145,3 +150,149 @@ def test_batching_bench_drives_the_fixed_cost_engine_off_and_on(capsys):
     assert result["off"]["images_per_call"] == 1, "batching is off by default"
     assert result["on"]["images_per_call"] > 1, "with batching on, requests shared predict calls"
     assert "throughput on/off" in capsys.readouterr().out
+
+
+# --- ./scripts/bench --peers ------------------------------------------------------------------------------------
+
+
+PEER_SERVERS = BENCH / "peer_servers"
+
+
+def _detection_answer() -> dict:
+    region = {"label": "red", "score": 0.9076948370039324, "xmin": 30.0, "xmax": 112.0, "ymin": 180.0, "ymax": 262.0}
+    outputs = [{"name": "image-0", "shape": [1], "datatype": "BYTES", "data": [[region, {**region, "label": "blue"}]]}]
+    return {"model_name": "m-demo", "model_version": "1", "id": "a", "parameters": {}, "outputs": outputs}
+
+
+def test_the_answer_check_passes_the_engines_answer_in_another_dress():
+    expected, got = _detection_answer(), _detection_answer()
+    got.update(id="b", model_version=None)  # only the outputs are compared
+    got["outputs"][0]["parameters"] = None  # as KServe writes an unset field
+    got["outputs"][0]["data"][0][0]["xmin"] = 30  # an int for the equal float
+    peers.check_answer("peer", "s", expected, got)
+
+
+@pytest.mark.parametrize(
+    "change, says",
+    [
+        (lambda o: o[0]["data"][0][1].update(score=0.75), "outputs[0].data[0][1].score: 0.75 where the engine has"),
+        (lambda o: o[0]["data"][0].pop(), "outputs[0].data[0]: 1 items where the engine has 2"),
+        (lambda o: o[0].update(name="image-1"), "outputs[0].name: 'image-1' where the engine has 'image-0'"),
+        (lambda o: o[0]["data"][0][0].pop("ymax"), "outputs[0].data[0][0].ymax: missing"),
+        (lambda o: o[0].update(data=[json.dumps(o[0]["data"][0])]), "outputs[0].data[0]: '[{"),
+    ],
+)
+def test_the_answer_check_stops_at_a_differing_answer_naming_the_peer_and_where(change, says):
+    got = _detection_answer()
+    change(got["outputs"])
+    with pytest.raises(RuntimeError, match="LitServe answered detect REST unlike the engine") as raised:
+        peers.check_answer("LitServe", "detect REST", _detection_answer(), got)
+    assert says in str(raised.value)
+
+
+def test_the_peers_shared_work_answers_what_the_baseline_finds(baseline):
+    """What every peer runs (decode, demo, the engine's answer shape) finds what the bare MLServer baseline does."""
+    sys.path.insert(0, str(PEER_SERVERS))
+    try:
+        import demo_answer
+    finally:
+        sys.path.remove(str(PEER_SERVERS))
+    body = run.body_of(run.Scenario("t", "detection", "rest", ("vga", "tiny"), 1))
+    ours = demo_answer.Demo("detection").answer(body)
+    request = urllib.request.Request(baseline.infer_url, data=json.dumps(body).encode(), method="POST", headers=JSON)
+    with urllib.request.urlopen(request, timeout=30) as response:
+        theirs = json.loads(response.read())
+    # The baseline writes each image's list as a JSON string, in MLServer's string codec's shape.
+    theirs["outputs"] = [
+        {"name": o["name"], "shape": [1], "datatype": "BYTES", "data": [json.loads(o["data"][0])]}
+        for o in theirs["outputs"]
+    ]
+    assert len(ours["outputs"][0]["data"][0]) >= 6
+    peers.check_answer("the shared work", "t", theirs, ours)
+
+
+def test_the_machine_load_adds_up():
+    stat = "cpu  100 5 50 1000 20 3 2 1 0 0\ncpu0 50 2 25 500 10 1 1 0 0 0\n"
+    assert machine_load.machine_busy_ticks(stat) == 100 + 5 + 50 + 3 + 2 + 1  # idle and iowait are not busy
+    # Over 2 s the machine spent 3 CPU-seconds busy, the measured processes 2: others kept half a CPU busy.
+    ticks = machine_load.TICKS
+    assert machine_load.others_cpus(3 * ticks, 2 * ticks, 2.0) == pytest.approx(0.5)
+    # A process that started in between counts from zero; one that ended drops out.
+    assert machine_load.ticks_between({1: 10, 2: 5}, {1: 25, 3: 4}) == 15 + 4
+
+
+def test_the_machine_load_probe_counts_a_measured_process_as_its_own_and_another_as_others():
+    spin = "import time\nend = time.process_time() + 0.6\nwhile time.process_time() < end: pass\n"
+    measured = subprocess.Popen([sys.executable, "-c", spin])
+    probe = machine_load.LoadProbe(lambda: [measured.pid], interval=0.1)
+    probe.start()
+    first = machine_load.process_ticks([measured.pid])
+    measured.wait(30)
+    load = probe.stop(measured_seconds=sum(first.values()) / machine_load.TICKS + 0.6)
+    assert load["load_samples"] >= 3 and load["load_1m"] >= 0
+    # The spinning process is the measured one: what is left is the rest of the machine (the other engineer's
+    # work included), not the core it kept busy.
+    assert -0.3 < load["others_cpus_run"] < (os.cpu_count() or 1)
+
+
+def test_each_peer_lock_pins_every_package_and_the_peer_and_the_demos_needs_at_the_engines_versions():
+    engine = dict(
+        line.split("==") for line in peers.pins(TEMPLATE_ROOT / "{{cookiecutter.engine_name}}/constraints.txt")
+    )
+    for peer in peers.PEERS.values():
+        lines = peers.pins(peer.requirements)
+        assert lines and all(re.fullmatch(r"[A-Za-z0-9._-]+==[A-Za-z0-9.+!-]+", line) for line in lines), peer.name
+        assert peer.pin in lines, peer.name
+        locked = dict(line.split("==") for line in lines)
+        assert len(locked) == len(lines), f"{peer.name}: a package pinned twice"
+        for need in ("numpy", "opencv-python-headless", "pydantic", "orjson"):
+            assert locked[need] == engine[need], (peer.name, need)
+
+
+def test_the_peer_servers_are_python_that_compiles(tmp_path):
+    """They import only in their own venvs (bench/out/peers/), so here they are only compiled."""
+    files = sorted(PEER_SERVERS.glob("*.py"))
+    assert {f.stem for f in files} >= {"demo_answer", "fastapi_app", "litserve_app", "kserve_app", "bentoml_service"}
+    for file in files:
+        py_compile.compile(str(file), cfile=str(tmp_path / f"{file.stem}.pyc"), doraise=True)
+
+
+def test_peers_run_rest_json_scenarios_only_tiny_and_detect_by_default():
+    assert [s.name for s in peers.scenarios_for(None)] == ["tiny REST", "detect REST"]
+    assert [s.name for s in peers.scenarios_for(["segment", "8 images"])] == ["detect REST 8 images", "segment REST"]
+    assert [s.name for s in peers.scenarios_for(["4K"])] == ["detect REST 4K"]  # not the binary one
+    with pytest.raises(SystemExit, match="matches none"):
+        peers.scenarios_for(["gRPC"])
+    assert [p.name for p in peers.select("kserve,fastapi")] == ["kserve", "fastapi"]
+    with pytest.raises(SystemExit, match="no such peer nope"):
+        peers.select("fastapi,nope")
+
+
+def test_peer_report_takes_the_ratio_round_by_round(tmp_path):
+    def run_(round_, server, rps, others=0.1):
+        return {"round": round_, "scenario": "s", "server": server, "rps": rps, "p99_ms": 10.0, "others_cpus": others}
+
+    measurements = [
+        run_(1, "engine", 100),
+        run_(1, "fastapi", 50),
+        run_(2, "engine", 60),  # the machine slowed down in round 2, for both
+        run_(2, "fastapi", 40),
+        run_(3, "engine", 90),
+        run_(3, "fastapi", 45, others=0.9),
+        run_(4, "kserve", 100),  # a round without the engine's figure is left out
+        {"round": 1, "scenario": "startup (detection)", "server": "fastapi", "startup_s": 0.7, "processes": 1},
+    ]
+    ratios = report.peer_ratios(measurements)
+    assert ratios[("s", "fastapi", "rps")] == (pytest.approx(2.0), pytest.approx(1.5), pytest.approx(2.0), 3)
+    assert ("s", "kserve", "rps") not in ratios
+    labels = {"engine": "engine", "fastapi": "FastAPI"}
+    ratio_table, absolute = report.peer_tables(measurements, labels)
+    assert "| s        | engine / FastAPI | 2.00 [1.50-2.00]" in ratio_table
+    assert "others (CPUs)" in absolute and "0.1 " in absolute  # the median of the three runs' others
+    report.write_peer_csv(measurements, labels, tmp_path / "peers.csv")
+    report.peer_runs_csv(measurements, labels, tmp_path / "runs.csv")
+    with open(tmp_path / "peers.csv") as handle:
+        written = {(r["server"], r["metric"]): r for r in csv.DictReader(handle)}
+    assert float(written[("FastAPI", "rps")]["ratio_median"]) == 2.0 and written[("FastAPI", "rps")]["rounds"] == "3"
+    with open(tmp_path / "runs.csv") as handle:
+        assert len(list(csv.DictReader(handle))) == len(measurements)

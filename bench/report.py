@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import csv
 import statistics
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,7 +17,6 @@ METRICS: dict[str, tuple[str, str, float | None, bool]] = {
     "rss_mb": ("peak RSS", "MB", None, False),
     "startup_s": ("startup", "s", None, False),
 }
-CPU_FLOOR_TARGET = 1.3  # engine CPU per request over the in-process floor, for single-image scenarios
 
 
 @dataclass(frozen=True)
@@ -26,7 +25,8 @@ class Row:
     metric: str
     engine: tuple[float, float, float]  # median, min, max over rounds
     baseline: tuple[float, float, float]
-    floor: float | None  # in-process CPU ms per request, for the CPU metric
+    floor: float | None  # in-process CPU ms per request, for the CPU metric: the median of the rounds' floors
+    floor_range: tuple[float, float] | None = None  # the least and greatest of them
 
     @property
     def ratio(self) -> float:
@@ -55,10 +55,13 @@ def _spread(values: list[float]) -> tuple[float, float, float]:
     return statistics.median(values), min(values), max(values)
 
 
-def summarise(measurements: Iterable[Mapping], floors: Mapping[str, float] | None = None) -> list[Row]:
+def summarise(
+    measurements: Iterable[Mapping], floors: Mapping[str, float | Sequence[float]] | None = None
+) -> list[Row]:
     """One row per scenario and metric: medians, minima and maxima over rounds for the engine and the baseline.
 
-    `measurements` are dicts with `scenario`, `server` ("engine" or "baseline") and any of the METRICS keys.
+    `measurements` are dicts with `scenario`, `server` ("engine" or "baseline") and any of the METRICS keys;
+    `floors`, each scenario's in-process floor, or the floors taken round by round.
     """
     floors = floors or {}
     grouped: dict[tuple[str, str, str], list[float]] = {}
@@ -76,8 +79,11 @@ def summarise(measurements: Iterable[Mapping], floors: Mapping[str, float] | Non
         baseline = grouped.get((scenario, metric, "baseline"))
         if not engine or not baseline:
             continue
-        floor = floors.get(scenario) if metric == "cpu_ms" else None
-        rows.append(Row(scenario, metric, _spread(engine), _spread(baseline), floor))
+        floor, floor_range = floors.get(scenario) if metric == "cpu_ms" else None, None
+        if isinstance(floor, Sequence):
+            median, low, high = _spread(list(floor))
+            floor, floor_range = median, (low, high)
+        rows.append(Row(scenario, metric, _spread(engine), _spread(baseline), floor, floor_range))
     return rows
 
 
@@ -91,7 +97,8 @@ def _cells(row: Row) -> list[str]:
     baseline_median, baseline_min, baseline_max = row.baseline
     floor = ""
     if row.floor is not None:
-        floor = f"{_fmt(row.floor)} (x{row.floor_ratio:.2f})"
+        spread = f" [{_fmt(row.floor_range[0])}-{_fmt(row.floor_range[1])}]" if row.floor_range else ""
+        floor = f"{_fmt(row.floor)}{spread} (x{row.floor_ratio:.2f})"
     met = {None: "", True: "yes", False: "NO"}[row.met]
     return [
         row.scenario,
@@ -113,7 +120,7 @@ HEADINGS = [
     "engine/baseline",
     "target",
     "met",
-    "in-process floor (engine/floor)",
+    "in-process floor median [min-max] (engine/floor)",
 ]
 
 

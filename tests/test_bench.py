@@ -141,6 +141,13 @@ def test_summary_table_and_csv(tmp_path):
     assert float(written[0]["engine_median"]) == 100 and written[0]["met"] == "False"
 
 
+def test_the_floor_taken_round_by_round_is_held_by_its_median():
+    measurements = [{"scenario": "s", "server": kind, "cpu_ms": 4.4} for kind in ("engine", "baseline")]
+    (row,) = report.summarise(measurements, {"s": [4.6, 4.0, 3.7]})
+    assert row.floor == 4.0 and row.floor_range == (3.7, 4.6) and row.floor_ratio == pytest.approx(1.1)
+    assert "4 [3.7-4.6] (x1.10)" in report.table([row])
+
+
 @pytest.mark.slow
 def test_batching_bench_drives_the_fixed_cost_engine_off_and_on(capsys):
     import batching

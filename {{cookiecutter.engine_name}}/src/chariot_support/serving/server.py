@@ -33,7 +33,7 @@ from chariot_support.seams.mlserver import (
 from chariot_support.seams.uvicorn import IdleLimitedProtocol
 from chariot_support.serving.admission import BodyBudget, threads_still_stuck
 from chariot_support.serving.data_plane import ChariotDataPlane, ChariotRepositoryHandlers, EngineRepository
-from chariot_support.serving.logs import logging_config
+from chariot_support.serving.logs import logging_config, request_lines
 from chariot_support.serving.plan import ServingPlan
 from chariot_support.serving.workers import WORKER_GRACE, WorkerWatch
 from chariot_support.settings import EngineSettings, config
@@ -299,6 +299,7 @@ def serve(model_class: type[ChariotModel], *, default_model_id: str) -> None:
     # ends such a process with abort (exit 134). Everything is answered by now: flushed, leave at once, with 0.
     if threads_still_stuck():
         logger.warning("%d predicts that overran CHARIOT_PREDICT_TIMEOUT are left running", threads_still_stuck())
+        request_lines.flush()
         logging.shutdown()
         sys.stdout.flush()
         sys.stderr.flush()

@@ -110,3 +110,17 @@ def test_grpc_takes_the_same_ids_from_the_message_and_its_metadata(engine, body,
     for request_id in ("grpc-body", "grpc-own", "grpc-base"):
         line = logged(engine, request_id)
         assert line["protocol"] == "grpc" and line["status"] == 200
+
+
+def test_made_up_ids_are_version_4_uuids_that_a_model_seeding_random_does_not_repeat():
+    import random
+    import uuid
+
+    from chariot_support.serving.pipeline import new_request_id
+
+    random.seed(7)  # a model that wants repeatable results seeds Python's generator...
+    first = [new_request_id() for _ in range(3)]
+    random.seed(7)  # ...in every process, or on every load
+    ids = first + [new_request_id() for _ in range(1000)]
+    assert len(set(ids)) == len(ids)
+    assert all(uuid.UUID(i).version == 4 and uuid.UUID(i).variant == uuid.RFC_4122 for i in ids)

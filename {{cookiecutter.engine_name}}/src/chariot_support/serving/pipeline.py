@@ -7,6 +7,8 @@ CHARIOT_PREDICT_TIMEOUT."""
 from __future__ import annotations
 
 import asyncio
+import os
+import random
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -30,8 +32,16 @@ from chariot_support.serving.logs import id_header, note_request_id
 MAX_REQUEST_ID = 256
 
 
+# Request ids drawn from a generator of the engine's own, seeded from the system's randomness (and again in a forked
+# worker): uuid4 asks the kernel for every id, a system call that lets another thread take the GIL mid-request. A
+# model that seeds Python's shared generator for its own ends leaves these ids as they are.
+_ids = random.Random()
+os.register_at_fork(after_in_child=_ids.seed)
+
+
 def new_request_id() -> str:
-    return str(uuid.uuid4())
+    """A version 4 UUID."""
+    return str(uuid.UUID(int=_ids.getrandbits(128), version=4))
 
 
 def request_id_of(body_id: str | None, headers: Mapping[str, str]) -> str:

@@ -22,6 +22,7 @@ from mlserver.types import InferenceRequest, InferenceResponse
 from chariot_support.errors import ModelLoadFailed
 from chariot_support.seams import mlserver as internals
 from chariot_support.seams.metrics import HTTPMetrics
+from chariot_support.serving.afterwards import afterwards
 
 
 def holds(condition: bool, what: str) -> None:
@@ -328,6 +329,7 @@ def test_served_inference_does_what_mlservers_data_plane_does_around_an_inferenc
 
     EchoModel.seen.clear()
     own, model, data_plane = asyncio.run(check())
+    afterwards.flush()  # the engine counts an inference after its answer (serving/afterwards.py)
     labels = {"model": "canary-served", "version": "None"}
 
     def count(name: str) -> float | None:
@@ -768,6 +770,7 @@ def test_mlservers_http_metrics_are_where_the_inference_front_counts_them():
     holds(metrics is not None, "starlette_exporter's PrometheusMiddleware is no longer found by its class")
     metrics.started("POST")
     metrics.finished("POST", "/v2/models/{model_name}/infer", 200, 0.25)
+    afterwards.flush()  # counted after the answer (serving/afterwards.py)
     labels = {"method": "POST", "path": "/v2/models/{model_name}/infer", "status_code": "200", "app_name": "mlserver"}
     holds(
         REGISTRY.get_sample_value("canary_rest_requests_total", labels) == 1.0,

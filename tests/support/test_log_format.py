@@ -20,6 +20,7 @@ from mlserver.grpc.dataplane_pb2_grpc import GRPCInferenceServiceStub
 
 from chariot_support.dev.testing import chariot_request, encode_image, image_input, run_engine
 from chariot_support.serving import logs
+from chariot_support.serving.afterwards import BATCH_SECONDS
 from chariot_support.serving.logs import JSONLines
 from chariot_support.settings import EngineSettings
 
@@ -159,9 +160,9 @@ def test_log_level_reads_the_environment(value, level):
     assert logging.getLevelName(chosen) == level
 
 
-@pytest.fixture
-def request_records(monkeypatch):
-    """The records the request log hands to its handlers, as they arrive, with the thread that handed each."""
+def test_a_request_line_is_written_after_its_answer_with_the_time_the_request_ended(monkeypatch):
+    """The line is written by the thread that does requests' work after their answers (serving/afterwards.py), a
+    batch at a time: it still says when its request ended."""
     records: list[tuple[logging.LogRecord, str]] = []
 
     class Capture(logging.Handler):
@@ -171,42 +172,16 @@ def request_records(monkeypatch):
     capture = Capture()
     monkeypatch.setattr(logs.requests_logger, "level", logging.INFO)
     logs.requests_logger.addHandler(capture)
-    yield records
-    logs.requests_logger.removeHandler(capture)
-
-
-def log_one(request_id: str) -> float:
-    ended = time.time()
-    logs.log_request(
-        protocol="rest", method="POST", path="/infer", status=200, started=time.perf_counter(), request_id=request_id,
-        model="m",
-    )  # fmt: skip
-    return ended
-
-
-def test_request_lines_are_written_by_their_own_thread_with_the_time_each_request_ended(request_records):
-    ended = log_one("batched-1")
-    time.sleep(logs.BATCH_SECONDS * 5)  # the line is written by then, not at once
-    ((record, thread),) = [(r, t) for r, t in request_records if r.fields["request_id"] == "batched-1"]
-    assert thread == "chariot-request-log" and thread != threading.current_thread().name
-    assert abs(record.created - ended) < logs.BATCH_SECONDS, "the line carries the time its request ended"
+    try:
+        ended = time.time()
+        logs.log_request(
+            protocol="rest", method="POST", path="/infer", status=200, started=time.perf_counter(),
+            request_id="later-1", model="m",
+        )  # fmt: skip
+        time.sleep(BATCH_SECONDS * 5)
+    finally:
+        logs.requests_logger.removeHandler(capture)
+    ((record, thread),) = [(r, t) for r, t in records if r.fields["request_id"] == "later-1"]
+    assert thread == "chariot-afterwards"
+    assert abs(record.created - ended) < BATCH_SECONDS, "the line carries the time its request ended"
     assert record.getMessage() == "POST /infer 200 0.0 ms" and record.fields["status"] == 200
-
-
-def test_when_lines_pile_up_a_request_writes_its_own_line_at_once(request_records, monkeypatch):
-    monkeypatch.setattr(logs, "MAX_PENDING", 0)  # as if stdout had not been read for 10,000 lines
-    log_one("behind-1")
-    assert [(r.fields["request_id"], t) for r, t in request_records] == [("behind-1", threading.current_thread().name)]
-
-
-def test_request_lines_still_waiting_when_the_engine_exits_are_written():
-    program = (
-        "import logging.config, time\n"
-        "from chariot_support.serving import logs\n"
-        "logging.config.dictConfig(logs.logging_config('INFO'))\n"
-        "for i in range(3):\n"
-        "    logs.log_request(protocol='rest', method='POST', path='/infer', status=200, started=time.perf_counter(),"
-        " request_id=f'last-{i}', model='m')\n"
-    )
-    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=60, check=True)
-    assert [e["request_id"] for e in json_lines(done.stdout)] == ["last-0", "last-1", "last-2"]

@@ -8,6 +8,8 @@ from typing import Any
 
 from starlette_exporter import PrometheusMiddleware
 
+from chariot_support.serving.afterwards import afterwards
+
 
 def find_middleware(app, kinds: type | tuple[type, ...]):
     """The first middleware of one of `kinds` in `app`'s chain, or None. Starlette's middlewares hold the next layer
@@ -36,9 +38,17 @@ class HTTPMetrics:
         return None if exporter is None else cls(exporter)
 
     def started(self, method: str) -> None:
-        self._gauge(method).inc()
+        afterwards.later(self._started, method)
 
     def finished(self, method: str, route: str, status: int, seconds: float) -> None:
+        afterwards.later(self._finished, method, route, status, seconds)
+
+    # Counted by the thread that does requests' work after their answers (serving/afterwards.py), in order.
+
+    def _started(self, method: str) -> None:
+        self._gauge(method).inc()
+
+    def _finished(self, method: str, route: str, status: int, seconds: float) -> None:
         self._gauge(method).dec()
         key = (method, route, status)
         children = self._done.get(key)

@@ -12,6 +12,7 @@ import functools
 import importlib
 import logging
 import signal
+import time
 from collections.abc import Awaitable, Callable
 from contextlib import asynccontextmanager
 from itertools import cycle
@@ -47,6 +48,7 @@ from mlserver.utils import extract_headers
 from mlserver.utils import install_uvloop_event_loop as install_uvloop_event_loop
 
 from chariot_support.errors import ChariotError, ModelLoadFailed, WorkersDown
+from chariot_support.serving.afterwards import afterwards
 
 logger = logging.getLogger("chariot_support")
 
@@ -244,10 +246,24 @@ async def served_inference(data_plane: DataPlane, model, version: str | None):
     gives the version the request named), and the model's context (which names the model in log lines). Yields the
     model."""
     duration, failures, successes = _inference_metrics(data_plane, model.name, version)
-    with duration.time(), failures.count_exceptions():
+    outcome = None  # the counter it adds to: successes, or failures for an Exception (none when it is cancelled)
+    started = time.perf_counter()
+    try:
         with model_context(model.settings):
             yield model
-        successes.inc()
+        outcome = successes
+    except Exception:
+        outcome = failures
+        raise
+    finally:
+        # Counted after the answer, by the thread that does requests' work then (serving/afterwards.py).
+        afterwards.later(_count_inference, duration, time.perf_counter() - started, outcome)
+
+
+def _count_inference(duration, seconds: float, outcome) -> None:
+    duration.observe(max(seconds, 0))
+    if outcome is not None:
+        outcome.inc()
 
 
 async def call_runtime(model, method: str, *args):

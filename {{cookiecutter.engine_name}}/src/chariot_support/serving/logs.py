@@ -3,13 +3,9 @@ engine's and MLServer's own messages, at the level CHARIOT_LOG_LEVEL names (defa
 
 from __future__ import annotations
 
-import atexit
-import collections
 import json
 import logging
-import os
 import re
-import threading
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -18,6 +14,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from chariot_support.seams.mlserver import current_model_name
+from chariot_support.serving.afterwards import afterwards
 
 HANDLER_NAME = "chariot_json_lines"
 requests_logger = logging.getLogger("chariot_support.requests")
@@ -116,17 +113,11 @@ def log_request(
         "status": status,
         "latency_ms": latency_ms,
     }
-    line = (time.time(), level, (method, path, status, latency_ms), fields)
-    if not request_lines.put(line):
-        _write_line(*line)
+    # Written by the thread that does requests' work after their answers, with the time this request ended.
+    afterwards.later(_write_line, time.time(), level, (method, path, status, latency_ms), fields)
 
 
 _LINE = "%s %s %s %.1f ms"  # method, path, status, latency
-# A request's line waits at most this long for the rest of its batch.
-BATCH_SECONDS = 0.02
-# Lines that may wait at once: when stdout is not being read, the ones after are written by their request, which then
-# waits on stdout as every line used to, rather than held in memory.
-MAX_PENDING = 10_000
 
 
 def _write_line(created: float, level: int, args: tuple, fields: dict[str, Any]) -> None:
@@ -135,55 +126,6 @@ def _write_line(created: float, level: int, args: tuple, fields: dict[str, Any])
     )
     record.created, record.msecs = created, int((created - int(created)) * 1000) + 0.0  # when the request ended
     requests_logger.handle(record)
-
-
-class RequestLines:
-    """The request log's lines on their way out: `log_request` queues each, and a thread of its own hands them to the
-    logging handlers a batch at a time, BATCH_SECONDS after the first of the batch, each with the time its request
-    ended. Written in the middle of serving, a line cost a tiny request a fifth of its throughput (the logging and
-    JSON code, each time cold in the CPU's caches, and a write that let another thread take the GIL); a batch costs a
-    fraction of that. Lines still waiting are written when the process exits."""
-
-    def __init__(self):
-        self._reset()
-        os.register_at_fork(after_in_child=self._reset)  # a forked worker starts its own writer
-        atexit.register(self.flush)  # before logging's own exit handler, which was registered first
-
-    def _reset(self) -> None:
-        self._pending: collections.deque = collections.deque()
-        self._wake = threading.Event()
-        self._lock = threading.Lock()  # one writer at a time: the thread, or flush() at exit
-        self._thread: threading.Thread | None = None
-
-    def put(self, line: tuple) -> bool:
-        """Queue one line; False when MAX_PENDING are waiting (the caller writes it itself)."""
-        if len(self._pending) >= MAX_PENDING:
-            return False
-        if self._thread is None:
-            with self._lock:
-                if self._thread is None:
-                    self._thread = threading.Thread(target=self._run, name="chariot-request-log", daemon=True)
-                    self._thread.start()
-        self._pending.append(line)
-        if not self._wake.is_set():  # the writer is waiting for a first line: wake it (once per batch, not per line)
-            self._wake.set()
-        return True
-
-    def _run(self) -> None:
-        while True:
-            self._wake.wait()
-            time.sleep(BATCH_SECONDS)
-            self._wake.clear()  # a line queued from here on sets it again, or is written by the flush below
-            self.flush()
-
-    def flush(self) -> None:
-        """Write every line waiting now."""
-        with self._lock:
-            while self._pending:
-                _write_line(*self._pending.popleft())
-
-
-request_lines = RequestLines()
 
 
 def _capped(text: str | None) -> str | None:

@@ -32,8 +32,9 @@ from chariot_support.seams.mlserver import (
 )
 from chariot_support.seams.uvicorn import IdleLimitedProtocol
 from chariot_support.serving.admission import BodyBudget, threads_still_stuck
+from chariot_support.serving.afterwards import FlushedBeforeScrape, afterwards
 from chariot_support.serving.data_plane import ChariotDataPlane, ChariotRepositoryHandlers, EngineRepository
-from chariot_support.serving.logs import logging_config, request_lines
+from chariot_support.serving.logs import logging_config
 from chariot_support.serving.plan import ServingPlan
 from chariot_support.serving.workers import WORKER_GRACE, WorkerWatch
 from chariot_support.settings import EngineSettings, config
@@ -195,6 +196,8 @@ class ChariotServer(EngineServer):
         install_rest_app(rest_app, data_plane, self.settings, self.body_budget)
         install_legacy_routes(rest_app, data_plane.pipeline)
         close_api_pages(rest_app, metrics_app, api_docs=self.engine.api_docs)
+        if metrics_app is not None:  # requests' metrics are counted after their answers: all of them before a scrape
+            metrics_app.add_middleware(FlushedBeforeScrape)
 
 
 def close_api_pages(app: FastAPI, metrics_app: FastAPI | None, *, api_docs: bool) -> None:
@@ -299,7 +302,7 @@ def serve(model_class: type[ChariotModel], *, default_model_id: str) -> None:
     # ends such a process with abort (exit 134). Everything is answered by now: flushed, leave at once, with 0.
     if threads_still_stuck():
         logger.warning("%d predicts that overran CHARIOT_PREDICT_TIMEOUT are left running", threads_still_stuck())
-        request_lines.flush()
+        afterwards.flush()
         logging.shutdown()
         sys.stdout.flush()
         sys.stderr.flush()

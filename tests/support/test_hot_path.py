@@ -117,5 +117,6 @@ def test_the_root_infer_is_answered_by_the_front_as_by_the_app(segmenter, scene)
     assert http_count(segmenter, "/infer", 200) == before + 4
     refused = requests.post(url, json={"input": image_b64, "parameters": {"action": "dance"}}, timeout=30)
     assert refused.status_code == 400 and "'dance'" in refused.json()["error"]
-    line = next(json.loads(x) for x in segmenter.log().splitlines() if '"root-1"' in x and '"path"' in x)
+    log = segmenter.wait_for_log('"request_id": "root-1"')  # written after the answer
+    line = next(json.loads(x) for x in log.splitlines() if '"root-1"' in x and '"path"' in x)
     assert (line["model"], line["path"], line["status"]) == ("m-demo", "/infer", 200)

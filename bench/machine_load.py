@@ -55,8 +55,9 @@ def load_average() -> float:
 
 def others_cpus(machine_ticks: int, measured_ticks: int, seconds: float) -> float:
     """CPUs the machine kept busy beyond the measured processes over `seconds`: both tick counts are differences
-    over the same span."""
-    return (machine_ticks - measured_ticks) / TICKS / seconds if seconds > 0 else 0.0
+    over the same span. Never below 0: the two counts are read a moment apart, so on a quiet machine the measured
+    processes' can pass the machine's by a tick."""
+    return max(machine_ticks - measured_ticks, 0) / TICKS / seconds if seconds > 0 else 0.0
 
 
 class LoadProbe:
@@ -94,7 +95,7 @@ class LoadProbe:
         now = time.monotonic()
         span = now - self._first[0]
         whole = (machine_busy_ticks() - self._first[1]) / TICKS
-        run = (whole - measured_seconds) / span if span > 0 else 0.0
+        run = max(whole - measured_seconds, 0.0) / span if span > 0 else 0.0
         return {
             "others_cpus": statistics.median(self._others) if self._others else run,
             "others_cpus_run": run,

@@ -185,3 +185,27 @@ def test_a_request_line_is_written_after_its_answer_with_the_time_the_request_en
     assert thread == "chariot-afterwards"
     assert abs(record.created - ended) < BATCH_SECONDS, "the line carries the time its request ended"
     assert record.getMessage() == "POST /infer 200 0.0 ms" and record.fields["status"] == 200
+
+
+def test_a_request_line_written_in_a_batch_is_the_line_its_record_would_format_to(monkeypatch):
+    """With logging as the engine sets it up, request lines skip the record and are written a batch at a time: each
+    is the same line, byte for byte, as the record through the handler; set up otherwise, records go through it."""
+    import io
+
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(JSONLines())
+    handler.addFilter(logs.EngineChoices())
+    parent = logs.requests_logger.parent
+    monkeypatch.setattr(parent, "handlers", [handler])
+    monkeypatch.setattr(parent, "propagate", False)
+    monkeypatch.setattr(logs.requests_logger, "handlers", [])
+    args, fields = ("POST", "/infer", 200, 1.25), {"request_id": "same-1", "model": "m", "status": 200}
+    assert logs._own_handler(logging.INFO) is handler
+    logs._write_line(1_700_000_000.123, logging.INFO, args, fields)
+    logs._write_batch()
+    record = logging.LogRecord(logs.requests_logger.name, logging.INFO, __file__, 0, logs._LINE, args, None)
+    record.created, record.fields = 1_700_000_000.123, fields
+    assert stream.getvalue() == JSONLines().format(record) + "\n"
+    monkeypatch.setattr(logs.requests_logger, "handlers", [logging.NullHandler()])  # someone's own logging
+    assert logs._own_handler(logging.INFO) is None

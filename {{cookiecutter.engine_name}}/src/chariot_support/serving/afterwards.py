@@ -29,6 +29,7 @@ class Afterwards:
     """The thread that does requests' work after their answers, BATCH_SECONDS after the first of a batch."""
 
     def __init__(self):
+        self._batch_ends: list[Callable[[], object]] = []
         self._reset()
         os.register_at_fork(after_in_child=self._reset)  # a forked worker starts a thread of its own
         atexit.register(self.flush)  # before logging's own exit handler, which was registered first
@@ -39,10 +40,17 @@ class Afterwards:
         self._lock = threading.Lock()  # one doer at a time: the thread, or flush() from elsewhere
         self._thread: threading.Thread | None = None
 
+    def at_batch_end(self, work: Callable[[], object]) -> None:
+        """`work()` after each batch (the log writes its lines at once)."""
+        self._batch_ends.append(work)
+
     def later(self, work: Callable[..., object], *args) -> None:
-        """`work(*args)`, soon, on the thread; at once, here, when MAX_PENDING are waiting."""
+        """`work(*args)`, soon, on the thread; at once, here, when MAX_PENDING are waiting (after the thread's batch,
+        which may be waiting on stdout: so does the caller)."""
         if len(self._pending) >= MAX_PENDING:
-            _do(work, args)
+            with self._lock:
+                _do(work, args)
+                self._end_batch()
             return
         if self._thread is None:
             with self._lock:
@@ -65,6 +73,11 @@ class Afterwards:
         with self._lock:
             while self._pending:
                 _do(*self._pending.popleft())
+            self._end_batch()
+
+    def _end_batch(self) -> None:
+        for work in self._batch_ends:
+            _do(work, ())
 
 
 def _do(work: Callable[..., object], args: tuple) -> None:

@@ -209,3 +209,15 @@ def test_a_request_line_written_in_a_batch_is_the_line_its_record_would_format_t
     assert stream.getvalue() == JSONLines().format(record) + "\n"
     monkeypatch.setattr(logs.requests_logger, "handlers", [logging.NullHandler()])  # someone's own logging
     assert logs._own_handler(logging.INFO) is None
+
+
+def test_a_forked_worker_starts_with_no_lines_of_its_parent_to_write():
+    logs._batch.extend([logging.StreamHandler(), '{"request_id": "parent-1"}'])  # forked mid-batch
+    try:
+        child = os.fork()
+        if child == 0:
+            os._exit(0 if logs._batch == [] else 1)
+        _, status = os.waitpid(child, 0)
+    finally:
+        logs._batch.clear()
+    assert os.waitstatus_to_exitcode(status) == 0, "the child would write its parent's lines a second time"

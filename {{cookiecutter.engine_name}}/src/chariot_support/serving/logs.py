@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import time
 from collections.abc import Iterator, Mapping
@@ -147,12 +148,14 @@ def _write_line(created: float, level: int, args: tuple, fields: dict[str, Any])
     requests_logger.handle(record)
 
 
-# The engine's handler, then the lines for it of the batch being done.
+# The engine's handler, then the lines for it of the batch being done (by the thread of serving/afterwards.py, under
+# its lock). A forked worker starts with none: those are its parent's to write.
 _batch: list = []
+os.register_at_fork(after_in_child=_batch.clear)
 
 
 def _write_batch() -> None:
-    """The batch's lines, in one write: a record, a LogRecord and a write each cost several times as much."""
+    """The batch's lines, in one write: a LogRecord and a write for each line cost several times as much."""
     if not _batch:
         return
     handler, lines = _batch[0], _batch[1:]

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import cv2
 import numpy as np
-from baseline.runtime import decode
+from demo_answer import decode
 
 from chariot_support.model.demo import ColourFinder
 

@@ -126,14 +126,7 @@ HEADINGS = [
 
 def table(rows: list[Row]) -> str:
     """A Markdown table, readable in a terminal and pasteable into a README."""
-    lines = [HEADINGS, *(_cells(r) for r in rows)]
-    widths = [max(len(line[i]) for line in lines) for i in range(len(HEADINGS))]
-    out = []
-    for index, line in enumerate(lines):
-        out.append("| " + " | ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)) + " |")
-        if index == 0:
-            out.append("|" + "|".join("-" * (width + 2) for width in widths) + "|")
-    return "\n".join(out)
+    return _md(HEADINGS, [_cells(r) for r in rows])
 
 
 def write_csv(rows: list[Row], path: Path) -> None:

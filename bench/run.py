@@ -31,6 +31,7 @@ from pathlib import Path
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
+PEER_SERVERS = BENCH / "peer_servers"  # demo_answer.py: the decode and answer the baseline and the floor share
 sys.path.insert(0, str(BENCH))
 
 from images import b64, image  # noqa: E402
@@ -133,7 +134,7 @@ class Server:
         else:
             # bare/ first: MLServer as pip installs it, without the httptools the engine brings into this venv.
             env["PYTHONPATH"] = os.pathsep.join(
-                [str(BENCH / "baseline" / "bare"), str(BENCH / "baseline"), str(engine_src / task)]
+                [str(BENCH / "baseline" / "bare"), str(BENCH / "baseline"), str(PEER_SERVERS), str(engine_src / task)]
             )
             command = [str(Path(sys.executable).parent / "mlserver"), "start", str(BENCH / "baseline" / task)]
         self.log = open(log_dir / f"{kind}-{task}.log", "ab")
@@ -414,7 +415,7 @@ def main(argv: list[str] | None = None) -> int:
     bodies = {}
     binary_bodies = {}  # scenario -> (the engine's body in the binary tensor data extension, its JSON's length)
     floors: dict[str, list[float]] = {}  # scenario -> the floor taken in each round
-    floor_env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(BENCH), str(src / "detection")])}
+    floor_env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(PEER_SERVERS), str(src / "detection")])}
     for scenario in scenarios:
         path = out / f"body-{scenario.name.replace(' ', '-')}.json"
         path.write_text(json.dumps(body_of(scenario)))

@@ -4,51 +4,14 @@ image with the same library, runs the same demo model, and answers with a JSON s
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
 
-import cv2
-import numpy as np
+from demo_answer import FORMATS, decode  # bench/peer_servers: the work every server in the bench does alike
 from mlserver import MLModel
 from mlserver.codecs import StringCodec
 from mlserver.types import InferenceRequest, InferenceResponse, ResponseOutput
 
 from chariot_support.model.demo import ColourFinder
-
-
-def decode(value: str | bytes) -> np.ndarray:
-    pixels = cv2.imdecode(np.frombuffer(base64.b64decode(value), np.uint8), cv2.IMREAD_COLOR_RGB)
-    if pixels is None:
-        raise ValueError("not an image")
-    return pixels
-
-
-def detections(finder: ColourFinder, pixels: np.ndarray) -> list[dict]:
-    return [
-        {
-            "label": r.label,
-            "score": r.score,
-            "xmin": float(r.bbox[0]),
-            "xmax": float(r.bbox[2]),
-            "ymin": float(r.bbox[1]),
-            "ymax": float(r.bbox[3]),
-        }
-        for r in finder.find(pixels)
-    ]
-
-
-def segments(finder: ColourFinder, pixels: np.ndarray) -> list[dict]:
-    return [
-        {
-            "label": r.label,
-            "score": r.score,
-            "contour": [[{"x": float(x), "y": float(y)} for x, y in r.contour.reshape(-1, 2).tolist()]],
-        }
-        for r in finder.find(pixels)
-    ]
-
-
-FORMATS = {"detection": detections, "segmentation": segments}
 
 
 class BaselineRuntime(MLModel):

@@ -120,3 +120,25 @@ def test_a_large_payload_in_few_fields_is_read_by_its_lengths():
 @pytest.mark.parametrize("cut", [b"\x0a\xff", b"\x0a", b"\x80"])
 def test_a_message_cut_short_is_left_to_protobuf_to_refuse(cut):
     assert not v2_grpc.fields_past(cut, 100)
+
+
+def test_refusals_after_the_first_are_logged_as_one_line_of_counts_per_interval(caplog):
+    """Thousands of refused calls cost a few lines: the first with its reason and message, then one line each
+    interval with how many more were refused, by reason, and none when none were."""
+
+    async def refuse() -> None:
+        log = grpc_limits.RefusalLog(every=0.05)
+        log.refused("max_calls", "the engine is serving as many gRPC calls as it takes at once")
+        for _ in range(40):
+            log.refused("max_calls", "ignored")
+        for _ in range(2):
+            log.refused("read_timeout", "ignored")
+        await asyncio.sleep(0.2)  # the interval passes, then passes again with nothing to say
+
+    with caplog.at_level("WARNING", logger="chariot_support"):
+        asyncio.run(refuse())
+    lines = [r.getMessage() for r in caplog.records if "gRPC call" in r.getMessage()]
+    assert lines == [
+        "refused a gRPC call (max_calls): the engine is serving as many gRPC calls as it takes at once",
+        "refused 42 more gRPC calls in the last 0.05 s (40 max_calls, 2 read_timeout)",
+    ]

@@ -3,14 +3,12 @@
 KServe's pins clash with MLServer's, so its checks (kserve_checks.py) run in the .venv-kserve interpreter that
 scripts/test makes from requirements-kserve.txt, against an engine this process starts."""
 
-import os
-import re
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from chariot_support.model.tasks import TaskType
+from client_checks import run_checks
 
 HERE = Path(__file__).parent
 ROOT = HERE.parent
@@ -25,33 +23,4 @@ def test_kserve_sdk_reads_health_results_and_errors(demo_engine, task):
         " .venv-kserve/bin/pip install -r requirements-kserve.txt)"
     )
     engine = demo_engine(task)
-    environment = {
-        **os.environ,
-        "ENGINE_URL": engine.url,
-        "ENGINE_GRPC_ADDRESS": engine.grpc_address,
-        "ENGINE_MODEL": "m-demo",
-        "ENGINE_TASK": task.value,
-    }
-    result = subprocess.run(
-        [
-            str(KSERVE_PYTHON),
-            "-m",
-            "pytest",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            "--noconftest",
-            "-c",
-            os.devnull,
-            "--rootdir",
-            str(HERE),
-            str(HERE / "kserve_checks.py"),
-        ],
-        env=environment,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    summary = result.stdout.strip().splitlines()[-1] if result.stdout.strip() else ""
-    assert result.returncode == 0, result.stdout[-8000:] + result.stderr[-3000:]
-    assert re.search(r"\d+ passed", summary) and not re.search(r"failed|skipped|error", summary), summary
+    run_checks("kserve_checks.py", engine, model="m-demo", task=task.value, python=KSERVE_PYTHON)

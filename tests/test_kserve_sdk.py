@@ -20,7 +20,7 @@ KSERVE_PYTHON = ROOT / ".venv-kserve" / "bin" / "python"
 def test_kserve_sdk_reads_health_results_and_errors(demo_engine, task):
     assert KSERVE_PYTHON.exists(), (
         f"{KSERVE_PYTHON} is missing: scripts/test makes it (python3 -m venv .venv-kserve &&"
-        " .venv-kserve/bin/pip install -r requirements-kserve.txt)"
+        " .venv/bin/uv pip install --python .venv-kserve/bin/python -r requirements-kserve.txt)"
     )
     engine = demo_engine(task)
     run_checks("kserve_checks.py", engine, model="m-demo", task=task.value, python=KSERVE_PYTHON)

@@ -2,8 +2,8 @@
 tensors) and renders the `Answer` the pipeline gives back.
 
 transport       protocol (parse)                 pipeline                        protocol (render)
-rest/front  --> protocols/v2_rest, v2_binary,  --> serving/pipeline.Pipeline --> the same module's render
-grpc/service    chariot_v2, legacy, v2_grpc        (serving/runtime in the model's process)
+rest/inference  --> protocols/v2_rest, v2_binary,  --> pipeline/pipeline.Pipeline --> the same module's render
+grpc/service    chariot_v2, legacy, v2_grpc        (runtime/runtime in the model's process)
 """
 
 from __future__ import annotations

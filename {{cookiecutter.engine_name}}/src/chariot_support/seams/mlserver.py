@@ -47,8 +47,8 @@ from mlserver.types import InferenceResponse
 from mlserver.utils import extract_headers
 from mlserver.utils import install_uvloop_event_loop as install_uvloop_event_loop
 
+from chariot_support.after_answer import afterwards
 from chariot_support.errors import ChariotError, ModelLoadFailed, WorkersDown
-from chariot_support.serving.afterwards import afterwards
 
 logger = logging.getLogger("chariot_support")
 
@@ -256,7 +256,7 @@ async def served_inference(data_plane: DataPlane, model, version: str | None):
         outcome = failures
         raise
     finally:
-        # Counted after the answer, by the thread that does requests' work then (serving/afterwards.py).
+        # Counted after the answer, by the thread that does requests' work then (after_answer.py).
         afterwards.later(_count_inference, duration, time.perf_counter() - started, outcome)
 
 
@@ -274,7 +274,7 @@ async def call_runtime(model, method: str, *args):
 
 
 # The parallel workers (MLSERVER_PARALLEL_WORKERS). MLServer gives no public handle on its inference pools, their
-# worker processes or the dispatcher that sends each request to one; the engine's supervisor (serving/workers.py) reaches
+# worker processes or the dispatcher that sends each request to one; the engine's supervisor (server/workers.py) reaches
 # them through these functions only.
 
 

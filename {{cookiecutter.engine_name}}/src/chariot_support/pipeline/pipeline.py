@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from chariot_support.errors import BadRequest, ChariotError, ModelLoading
+from chariot_support.logs.request_lines import id_header, note_request_id
+from chariot_support.memory.budgets import LARGE_BODY
 from chariot_support.model.tasks import TaskType
 from chariot_support.protocols.chariot_v2_kserve import HEADER_TEXT, parse_request
 from chariot_support.protocols.request import Answer, ParsedRequest, Request
@@ -25,8 +27,6 @@ from chariot_support.seams.mlserver import (
     served_inference,
     unwrap_worker_error,
 )
-from chariot_support.serving.admission import LARGE_BODY
-from chariot_support.serving.logs import id_header, note_request_id
 
 # The longest request id taken from a body or a header: it is echoed in the answer, its headers and the log.
 MAX_REQUEST_ID = 256

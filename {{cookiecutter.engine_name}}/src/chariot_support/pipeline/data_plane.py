@@ -19,6 +19,7 @@ from mlserver.types import (
 
 from chariot_support import model_id as model_id_rule
 from chariot_support.errors import ChariotError, DoesNotStream, NotFound
+from chariot_support.pipeline.pipeline import Pipeline
 from chariot_support.protocols import v2_binary
 from chariot_support.seams.mlserver import (
     SERVING_ERRORS,
@@ -26,7 +27,6 @@ from chariot_support.seams.mlserver import (
     ModelRepository,
     ModelRepositoryHandlers,
 )
-from chariot_support.serving.pipeline import Pipeline
 from chariot_support.settings import EngineSettings
 
 logger = logging.getLogger("chariot_support")
@@ -45,7 +45,7 @@ class ChariotDataPlane:
         self.model_name = model_name
         self._pinned = bool(engine.model_id)  # CHARIOT_MODEL_ID: only that name reaches the model
         self._alias = engine.model_alias  # CHARIOT_MODEL_ALIAS: one more name that does (KServe's InferenceService)
-        self.workers = None  # the WorkerWatch (serving/workers.py), when the model runs in parallel workers
+        self.workers = None  # the WorkerWatch (server/workers.py), when the model runs in parallel workers
         self.pipeline = Pipeline(self, inner)  # every inference request's one way to the model
 
     async def live(self) -> bool:

@@ -1,6 +1,6 @@
 """The runtime's own threads, which decode images and run predict: a request's work is queued to them, and a
 predict that overruns CHARIOT_PREDICT_TIMEOUT has its thread written off and replaced (not the parallel worker
-processes of serving/workers.py)."""
+processes of server/workers.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import threading
 from concurrent.futures import Future
 from dataclasses import dataclass
 
-from chariot_support.serving.admission import StuckThreads
+from chariot_support.memory.budgets import StuckThreads
 
 
 class Overran(Exception):

@@ -12,9 +12,9 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 from chariot_support.errors import Overloaded, TooLarge
+from chariot_support.memory.reclaim import RECLAIM_AFTER_BYTES, reclaim_soon
 from chariot_support.protocols.images import image_header
 from chariot_support.protocols.request import ImageInput
-from chariot_support.serving.memory import RECLAIM_AFTER_BYTES, reclaim_soon
 from chariot_support.settings import EngineSettings
 
 _COUNTERS: weakref.WeakSet[StuckThreads] = weakref.WeakSet()

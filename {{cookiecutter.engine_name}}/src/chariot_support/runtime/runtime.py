@@ -26,18 +26,18 @@ from chariot_support.errors import (
     PredictFailed,
     PredictTimeout,
 )
+from chariot_support.logs.request_lines import note_request_id
+from chariot_support.memory.budgets import MemoryBudget, StuckThreads
 from chariot_support.model.base import ChariotModel
-from chariot_support.model.bounds import inside_image
+from chariot_support.model.clipping import inside_image
 from chariot_support.model.image import Image
 from chariot_support.model.tasks import TaskType, select, to_json, validate_results
 from chariot_support.protocols.images import decode_image
 from chariot_support.protocols.request import Answered, ImageInput, ParsedRequest
-from chariot_support.serving.admission import MemoryBudget, StuckThreads
-from chariot_support.serving.batching import Batcher
-from chariot_support.serving.copies import ModelCopies, threads_per_call
-from chariot_support.serving.logs import note_request_id
-from chariot_support.serving.plan import ServingPlan
-from chariot_support.serving.threads import Call, Overran, Threads, expire, settle
+from chariot_support.runtime.batching import Batcher
+from chariot_support.runtime.copies import ModelCopies, threads_per_call
+from chariot_support.runtime.plan import ServingPlan
+from chariot_support.runtime.threads import Call, Overran, Threads, expire, settle
 from chariot_support.settings import EngineSettings
 
 logger = logging.getLogger("chariot_support")

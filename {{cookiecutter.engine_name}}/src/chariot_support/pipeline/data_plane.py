@@ -19,14 +19,9 @@ from mlserver.types import (
 
 from chariot_support import model_id as model_id_rule
 from chariot_support.errors import ChariotError, DoesNotStream, NotFound
-from chariot_support.pipeline.pipeline import Pipeline
+from chariot_support.pipeline.pipeline import SERVING_ERRORS, Pipeline
 from chariot_support.protocols import v2_binary
-from chariot_support.seams.mlserver import (
-    SERVING_ERRORS,
-    DataPlane,
-    ModelRepository,
-    ModelRepositoryHandlers,
-)
+from chariot_support.seams.mlserver import DataPlane, ModelRepository, ModelRepositoryHandlers
 from chariot_support.settings import EngineSettings
 
 logger = logging.getLogger("chariot_support")

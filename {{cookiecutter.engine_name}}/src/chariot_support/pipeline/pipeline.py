@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from mlserver.errors import MLServerError
+
 from chariot_support.errors import BadRequest, ChariotError, ModelLoading
 from chariot_support.logs.request_lines import id_header, note_request_id
 from chariot_support.memory.budgets import LARGE_BODY
@@ -21,12 +23,14 @@ from chariot_support.model.tasks import TaskType
 from chariot_support.protocols.chariot_v2_kserve import HEADER_TEXT, parse_request
 from chariot_support.protocols.request import Answer, ParsedRequest, Request
 from chariot_support.seams.mlserver import (
-    SERVING_ERRORS,
     call_runtime,
     response_headers,
     served_inference,
     unwrap_worker_error,
 )
+
+# What an engine answers with a status code: its own errors, and MLServer's (a model not found, not ready...).
+SERVING_ERRORS = (ChariotError, MLServerError)
 
 # The longest request id taken from a body or a header: it is echoed in the answer, its headers and the log.
 MAX_REQUEST_ID = 256

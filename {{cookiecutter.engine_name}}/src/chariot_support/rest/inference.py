@@ -34,7 +34,7 @@ from chariot_support.logs.request_lines import (
     request_entry,
 )
 from chariot_support.memory.budgets import LARGE_BODY, BodyBudget
-from chariot_support.pipeline.pipeline import request_id_of
+from chariot_support.pipeline.pipeline import SERVING_ERRORS, request_id_of
 from chariot_support.protocols import chariot_v2, legacy, v2_binary
 from chariot_support.protocols import v2_rest as v2
 from chariot_support.rest.bodies import (
@@ -47,7 +47,6 @@ from chariot_support.rest.bodies import (
     shape_problem,
 )
 from chariot_support.seams.metrics import HTTPMetrics
-from chariot_support.seams.mlserver import SERVING_ERRORS
 from chariot_support.seams.uvicorn import ANSWERED
 from chariot_support.settings import EngineSettings
 

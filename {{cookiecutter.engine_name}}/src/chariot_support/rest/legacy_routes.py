@@ -10,8 +10,9 @@ from starlette.responses import Response
 
 from chariot_support.error_bodies import error_response, json_response
 from chariot_support.model.tasks import TaskType
+from chariot_support.pipeline.pipeline import SERVING_ERRORS
 from chariot_support.protocols.legacy import DEFAULT_SIGNATURE, STATUS_PATH
-from chariot_support.seams.mlserver import SERVING_ERRORS, unwrap_worker_error
+from chariot_support.seams.mlserver import unwrap_worker_error
 
 
 def model_status(name: str, version: str, ready: bool) -> dict:

@@ -27,7 +27,7 @@ from chariot_support.errors import (
     PredictTimeout,
 )
 from chariot_support.logs.request_lines import note_request_id
-from chariot_support.memory.budgets import MemoryBudget, StuckThreads
+from chariot_support.memory.budgets import MemoryBudget
 from chariot_support.model.base import ChariotModel
 from chariot_support.model.clipping import inside_image
 from chariot_support.model.image import Image
@@ -37,7 +37,7 @@ from chariot_support.protocols.request import Answered, ImageInput, ParsedReques
 from chariot_support.runtime.batching import Batcher
 from chariot_support.runtime.copies import ModelCopies, threads_per_call
 from chariot_support.runtime.plan import ServingPlan
-from chariot_support.runtime.threads import Call, Overran, Threads, expire, settle
+from chariot_support.runtime.threads import Call, Overran, StuckThreads, Threads, expire, settle
 from chariot_support.settings import EngineSettings
 
 logger = logging.getLogger("chariot_support")

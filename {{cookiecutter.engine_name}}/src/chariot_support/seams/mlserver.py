@@ -21,7 +21,6 @@ from typing import Any, Protocol
 from grpc import aio as grpc_aio
 from mlserver import MLServer
 from mlserver.context import model_context, model_name_var
-from mlserver.errors import MLServerError
 from mlserver.grpc import server as mlserver_grpc_server
 
 # MLServer's parts the engine builds on that its documentation does not describe (it documents its types, settings,
@@ -60,10 +59,6 @@ def signal_name(exit_code: int) -> str:
         except ValueError:
             return f"killed by signal {-exit_code}"
     return f"exit code {exit_code}"
-
-
-# What an engine answers with a status code: its own errors, and MLServer's (a model not found, not ready...).
-SERVING_ERRORS = (ChariotError, MLServerError)
 
 
 def unwrap_worker_error(error: BaseException) -> BaseException:

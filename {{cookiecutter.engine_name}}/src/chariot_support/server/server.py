@@ -22,12 +22,13 @@ from chariot_support.errors import BadSettings, ModelLoadFailed
 from chariot_support.grpc.limits import CallLimits
 from chariot_support.grpc.service import ChariotInferenceServicer
 from chariot_support.logs.request_lines import logging_config
-from chariot_support.memory.budgets import BodyBudget, threads_still_stuck
+from chariot_support.memory.budgets import BodyBudget
 from chariot_support.model.base import ChariotModel, has_explain
 from chariot_support.pipeline.data_plane import ChariotDataPlane, ChariotRepositoryHandlers, EngineRepository
 from chariot_support.rest.app import install_rest_app
 from chariot_support.rest.legacy_routes import install_legacy_routes
 from chariot_support.runtime.plan import ServingPlan
+from chariot_support.runtime.threads import threads_still_stuck
 from chariot_support.seams.mlserver import (
     DataPlane,
     EngineServer,

@@ -1,5 +1,6 @@
-"""The engine's data plane over MLServer's: the model named as Chariot names it, readiness that means loaded,
-inference through the one pipeline, and the model repository of the one model an engine serves."""
+"""The engine's data plane over MLServer's: the model named as Chariot names it, readiness that means loaded, the
+one pipeline every inference goes through (MLServer's own inference is refused), and the model repository of the one
+model an engine serves."""
 
 from __future__ import annotations
 
@@ -30,8 +31,8 @@ EXTENSIONS = (v2_binary.EXTENSION,)
 
 
 class ChariotDataPlane:
-    """MLServer's data plane with Chariot's model naming, request ids and not-found messages, shared by REST
-    and gRPC."""
+    """MLServer's data plane with Chariot's model naming, readiness and not-found messages, shared by REST and gRPC;
+    it holds the pipeline (`pipeline`), which gives requests their ids and answers them."""
 
     def __init__(self, inner: DataPlane, model_registry: Any, *, model_name: str, engine: EngineSettings):
         self._inner = inner

@@ -1,7 +1,8 @@
 """The one way into the model: every inference request, whatever its protocol and transport, is answered by
-`Pipeline.answer`. It gives the request its id, finds the model by the name the client used, counts the request in
-MLServer's inference metrics, and calls the runtime's one entry (`ChariotRuntime.answer`), in this process or in the
-parallel worker the model lives in, which checks, decodes, batches, predicts and checks the results within
+`Pipeline.answer`. It gives the request its id, refuses it while the engine stops, finds the model by the name the
+client used, counts the request in MLServer's inference metrics, checks it against the model's task type and the
+engine's limits before it waits for anything, and calls the runtime's one entry (`ChariotRuntime.answer`), in this
+process or in the parallel worker the model lives in, which decodes, batches, predicts and checks the results within
 CHARIOT_PREDICT_TIMEOUT."""
 
 from __future__ import annotations

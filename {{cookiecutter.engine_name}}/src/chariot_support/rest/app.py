@@ -30,8 +30,8 @@ NOT_READY = (
 
 
 def install_rest_app(app: FastAPI, data_plane: ChariotDataPlane, settings: Settings, budget: BodyBudget) -> None:
-    """Put the inference front (rest/inference.py) before MLServer's REST app, which keeps every other route; add the paths
-    Chariot calls beside MLServer's, and make every error body `{"error": ...}`."""
+    """Put the inference front (rest/inference.py) before MLServer's REST app, which keeps every other route; add the
+    paths Chariot calls beside MLServer's, and make every error body `{"error": ...}`."""
     # Chariot's URLs end in a slash; MLServer would 307-redirect them to an absolute URL that is wrong behind
     # Chariot's gateway.
     app.router.redirect_slashes = False

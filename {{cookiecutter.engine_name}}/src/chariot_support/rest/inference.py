@@ -4,10 +4,11 @@ route.
 
 For each request the front owns what belongs to the connection: the framing check, the body limit and the process's
 body budget (counted before the bytes are buffered), chariot-v2 JSONL's line limit (counted while the body arrives),
-the body-shape guard, `{"error"}` bodies cut to length, the request log line and MLServer's HTTP metrics. It then
-hands the body to the route's protocol (protocols/v2_rest.py, v2_binary.py, chariot_v2.py, legacy.py), which reads it into the one request type,
-asks the pipeline (pipeline/pipeline.py) for the answer, and renders it. CORS and gzip, when MLServer's settings turn them on,
-wrap the front's answers with the same Starlette middlewares MLServer puts in its app.
+the body-shape guard, `{"error"}` bodies cut to length, the request log line and MLServer's HTTP metrics. The
+route's protocol (protocols/v2_rest.py, v2_binary.py, chariot_v2.py, legacy.py) reads the body into the one request
+type; the front asks the pipeline (pipeline/pipeline.py) for the answer and has the same protocol render it. CORS and
+gzip, when MLServer's settings turn them on, wrap the front's answers with the same Starlette middlewares MLServer
+puts in its app.
 """
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""The MLServer runtime that turns a chariot-v2-kserve request into a call of the author's predict and back."""
+"""The MLServer runtime every engine serves: it loads the author's model and answers each checked request the pipeline
+sends it, whatever its protocol: its images decoded within the decode budget, predict (in a batch with other
+requests' images when batching is on), the results checked, kept inside the image and selected, all within
+CHARIOT_PREDICT_TIMEOUT."""
 
 from __future__ import annotations
 
@@ -166,7 +169,7 @@ class ChariotRuntime(MLModel):
 
     async def answer(self, request: ParsedRequest, request_id: str, explain: bool = False) -> Answered:
         """The runtime's one entry, for every protocol (pipeline.Pipeline.answer calls it, across parallel workers
-        too), with a request the pipeline has checked: decode its images, predict, check and select the results,
+        too), with a request already checked: decode its images, predict, check and select the results,
         within CHARIOT_PREDICT_TIMEOUT."""
         note_request_id(request_id)  # a request that fails here is still logged under its id
         return await self._within_timeout(request_id, self._answer, request, request_id, explain)

@@ -1,4 +1,5 @@
-"""MLServer set up as a Chariot engine: its settings, the model it serves, and start-up."""
+"""MLServer set up as a Chariot engine: its settings, the model it serves, the server that assembles the pipeline,
+the REST and gRPC transports and the parallel workers' supervisor (`ChariotServer`), start-up and shutdown."""
 
 from __future__ import annotations
 

@@ -32,7 +32,7 @@ BODY = json.dumps({"inputs": [{"name": "image-0", "shape": [1], "datatype": "BYT
 async def in_process(count: int) -> float:
     from chariot_support.model.demo import DEMO_MODELS
     from chariot_support.model.tasks import TaskType
-    from chariot_support.serving.server import build_server
+    from chariot_support.server.server import build_server
     from chariot_support.settings import EngineSettings
 
     server = build_server(DEMO_MODELS[TaskType.OBJECT_DETECTION], "demo", EngineSettings.from_env())

@@ -33,7 +33,7 @@ except ImportError:  # packaging is pinned in constraints.txt, but pip always ca
 
 from baking import default_engine
 from chariot_support.dev.testing import chariot_request, engine_package, free_port, image_input, run_engine
-from chariot_support.serving.server import ENGINE_DEFAULTS
+from chariot_support.server.server import ENGINE_DEFAULTS
 from dockerfile import Instruction, command, commands, env_of, last, parse_dockerfile, uv_installs
 
 ROOT = default_engine()

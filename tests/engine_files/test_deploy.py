@@ -8,7 +8,7 @@ import requests
 import yaml
 
 from baking import default_engine
-from chariot_support.serving.server import ENGINE_DEFAULTS
+from chariot_support.server.server import ENGINE_DEFAULTS
 
 ROOT = default_engine()
 KSERVE = ROOT / "deploy" / "kserve"

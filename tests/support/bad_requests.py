@@ -23,9 +23,9 @@ from pydantic import ValidationError
 
 from chariot_support.dev.testing import encode_image, grpc_request
 from chariot_support.errors import ChariotError
+from chariot_support.pipeline.pipeline import request_id_of
 from chariot_support.protocols.chariot_v2_kserve import parse_request
 from chariot_support.protocols.images import decode_image
-from chariot_support.serving.pipeline import request_id_of
 
 # Prompts are optional for every task (an Image Text to Text model answers a bare image about itself); the cases
 # about them carry these, and the fuzzers send them.

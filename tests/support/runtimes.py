@@ -10,7 +10,7 @@ from mlserver.types import InferenceRequest, InferenceResponse
 from chariot_support.protocols import v2_rest
 from chariot_support.protocols.chariot_v2_kserve import parse_request
 from chariot_support.protocols.request import Answer
-from chariot_support.serving.runtime import ChariotRuntime, import_model_class
+from chariot_support.runtime.runtime import ChariotRuntime, import_model_class
 from chariot_support.settings import EngineSettings
 
 

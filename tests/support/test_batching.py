@@ -18,8 +18,8 @@ from mlserver.types import InferenceRequest
 
 from chariot_support.dev.testing import chariot_metadata, chariot_request, image_input, run_engine
 from chariot_support.errors import InvalidResult, PredictFailed, PredictTimeout
-from chariot_support.serving.batching import Batcher, batch_settings
-from chariot_support.serving.runtime import ChariotRuntime
+from chariot_support.runtime.batching import Batcher, batch_settings
+from chariot_support.runtime.runtime import ChariotRuntime
 from chariot_support.settings import EngineSettings
 
 HERE = Path(__file__).parent

@@ -63,7 +63,7 @@ def face_engine(tmp_path_factory):
     shutil.copy(REAL_MODELS / "object_detection.py", src / "faces" / "model.py")
     (src / "faces" / "__init__.py").write_text("")
     (src / "faces" / "__main__.py").write_text(
-        "from chariot_support.serving.server import serve\nfrom faces.model import Model\n\nserve(Model, default_model_id='faces')\n"
+        "from chariot_support.server.server import serve\nfrom faces.model import Model\n\nserve(Model, default_model_id='faces')\n"
     )
     with run_engine("faces", src=src, env={"MODEL_DIR": str(model_dir)}) as running:
         yield running

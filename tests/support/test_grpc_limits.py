@@ -8,8 +8,8 @@ import pytest
 from mlserver.grpc import dataplane_pb2 as pb
 
 from chariot_support.grpc import limits as grpc_limits
+from chariot_support.memory.budgets import LARGE_BODY
 from chariot_support.protocols import v2_grpc
-from chariot_support.serving.admission import LARGE_BODY
 
 
 def _parsed_on(size: int) -> tuple[str, bytes]:

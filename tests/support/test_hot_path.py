@@ -1,6 +1,6 @@
-"""The engine answers V2 inference itself (rest/front.py, and its own route behind it) exactly as MLServer's route did:
-the same body, CloudEvents headers, inference and HTTP metrics, and bodies in unusual but valid shapes still read as
-MLServer reads them."""
+"""The engine answers V2 inference itself (rest/inference.py, and its own route behind it) exactly as MLServer's
+route did: the same body, CloudEvents headers, inference and HTTP metrics, and bodies in unusual but valid shapes
+still read as MLServer reads them."""
 
 import base64
 import json

@@ -19,10 +19,10 @@ from mlserver.grpc.servicers import InferenceServicer
 from mlserver.settings import ModelSettings, Settings
 from mlserver.types import InferenceRequest, InferenceResponse
 
+from chariot_support.after_answer import afterwards
 from chariot_support.errors import ModelLoadFailed
 from chariot_support.seams import mlserver as internals
 from chariot_support.seams.metrics import HTTPMetrics
-from chariot_support.serving.afterwards import afterwards
 
 
 def holds(condition: bool, what: str) -> None:
@@ -329,7 +329,7 @@ def test_served_inference_does_what_mlservers_data_plane_does_around_an_inferenc
 
     EchoModel.seen.clear()
     own, model, data_plane = asyncio.run(check())
-    afterwards.flush()  # the engine counts an inference after its answer (serving/afterwards.py)
+    afterwards.flush()  # the engine counts an inference after its answer (after_answer.py)
     labels = {"model": "canary-served", "version": "None"}
 
     def count(name: str) -> float | None:
@@ -571,7 +571,7 @@ def test_the_engine_server_gives_its_parallel_workers_to_the_supervisor(
 def test_the_grpc_server_keeps_mlservers_interceptors_tracing_included(monkeypatch, released_metrics):
     """The engine's gRPC server is MLServer's: with MLSERVER_TRACING_SERVER set, gRPC calls are traced as REST."""
     from chariot_support.model.demo import DEMO_MODELS
-    from chariot_support.serving.server import build_server
+    from chariot_support.server.server import build_server
     from chariot_support.settings import EngineSettings
 
     monkeypatch.setenv("MLSERVER_TRACING_SERVER", "127.0.0.1:4317")
@@ -595,7 +595,7 @@ def test_the_grpc_server_is_built_by_the_aio_name_the_engine_swaps(released_metr
 
     from chariot_support.grpc.limits import CallLimits
     from chariot_support.model.demo import DEMO_MODELS
-    from chariot_support.serving.server import build_server
+    from chariot_support.server.server import build_server
     from chariot_support.settings import EngineSettings
 
     built_with = {}
@@ -689,7 +689,7 @@ UNNAMED_ASSUMPTIONS = {"on_worker_stop", "SIGCHLD"}
 # Names seams/mlserver.py uses that the walk would take for MLServer's, but are the engine's own.
 ENGINE_OWN = {
     "_engine",  # _EngineGRPCServer's link to the engine it serves
-    "workers",  # the supervisor (serving/workers.py) the engine's data plane holds
+    "workers",  # the supervisor (server/workers.py) the engine's data plane holds
     "closing",  # the supervisor's flag that the engine is stopping
     "limits",  # _EngineGRPCServer's interceptor in front of every gRPC call, set as its server is built
     "_stopped",  # EngineServer's event: its stop is done (the workers too)
@@ -749,7 +749,7 @@ def test_the_data_plane_answers_every_method_of_mlservers_itself():
     """No method of MLServer's data plane reaches a client without Chariot's model naming."""
     from mlserver.handlers import DataPlane
 
-    from chariot_support.serving.data_plane import ChariotDataPlane
+    from chariot_support.pipeline.data_plane import ChariotDataPlane
 
     public = {name for name in dir(DataPlane) if not name.startswith("_")}
     missing = public - set(vars(ChariotDataPlane))
@@ -770,7 +770,7 @@ def test_mlservers_http_metrics_are_where_the_inference_front_counts_them():
     holds(metrics is not None, "starlette_exporter's PrometheusMiddleware is no longer found by its class")
     metrics.started("POST")
     metrics.finished("POST", "/v2/models/{model_name}/infer", 200, 0.25)
-    afterwards.flush()  # counted after the answer (serving/afterwards.py)
+    afterwards.flush()  # counted after the answer (after_answer.py)
     labels = {"method": "POST", "path": "/v2/models/{model_name}/infer", "status_code": "200", "app_name": "mlserver"}
     holds(
         REGISTRY.get_sample_value("canary_rest_requests_total", labels) == 1.0,
@@ -887,7 +887,7 @@ CANARIES = {
     "mlserver.grpc.converters.ServerMetadataResponseConverter": _CONVERTERS,
     "mlserver.grpc.utils.to_headers": _METADATA,
     "mlserver.grpc.utils.to_metadata": _METADATA,
-    # The parallel workers (serving/workers.py's supervisor)
+    # The parallel workers (server/workers.py's supervisor)
     "_default_pool": _POOLS,
     "_pools": _POOLS,
     "SIGCHLD": _POOLS,
@@ -909,14 +909,14 @@ CANARIES = {
     "_send": (test_call_runtime_reaches_a_parallel_model_through_its_dispatcher,),
     "mlserver.parallel.errors.WorkerError": (test_parallel_errors_are_where_the_engine_reads_them, *_REPLACE),
     "mlserver.parallel.errors.WorkerStop": (test_parallel_errors_are_where_the_engine_reads_them, *_REPLACE),
-    # Around each inference (serving/pipeline.py)
+    # Around each inference (pipeline/pipeline.py)
     "_ModelInferRequestDuration": _SERVED,
     "_ModelInferRequestFailure": _SERVED,
     "_ModelInferRequestSuccess": _SERVED,
     "_inference_middleware": _SERVED,
     "mlserver.context.model_context": _SERVED,
     "mlserver.context.model_name_var": _SERVED,
-    # The server (serving/server.py's ChariotServer)
+    # The server (server/server.py's ChariotServer)
     "_settings": _ENGINE,
     "_data_plane": _ENGINE,
     "_model_registry": _ENGINE,

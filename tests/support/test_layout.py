@@ -1,7 +1,12 @@
 """The support package keeps the layout that shows its architecture: a handful of modules at its top, the rest in
-sub-packages that each say what they own, and no module so long that it holds two concerns."""
+sub-packages that each say what they own, layers that depend one way, and no module so long that it holds two
+concerns."""
 
 import ast
+import re
+import sys
+from collections.abc import Iterator
+from pathlib import Path
 
 import chariot_support
 from template_paths import SUPPORT_SRC
@@ -9,6 +14,23 @@ from template_paths import SUPPORT_SRC
 PACKAGE = SUPPORT_SRC / "chariot_support"
 MOST_AT_THE_TOP = 8
 MOST_LINES = 400
+
+# The layers of the support package, lowest first: a module imports only from its own sub-package (or top module) and
+# from layers below its own, never from one beside it or above it. Each entry is a sub-package or a module at the top.
+LAYERS = (
+    ("errors", "settings", "model_id"),  # what every layer needs: the error types, the settings, the model-id rule
+    ("error_bodies", "after_answer"),  # ... and the `{"error"}` writer, the work done after each answer
+    ("model", "seams"),  # what an author's model.py sees; every use of MLServer's, uvicorn's and gRPC's internals
+    ("__init__", "protocols", "logs"),  # the public surface; the wire formats; the log lines and request ids
+    ("memory",),  # the budgets of request bodies and decoded pixels
+    ("pipeline", "runtime"),  # the one way to the model; the model's side of it (threads, copies, batching)
+    ("rest", "grpc"),  # the transports
+    ("server",),  # the transports and the pipeline assembled, start-up and shutdown
+    ("__main__", "client", "dev"),  # the tools: a demo engine, the command-line client, a developer's helpers
+    ("evaluate",),  # scoring an engine on a dataset, with the client and the developer's helpers
+)
+LAYER = {part: index for index, parts in enumerate(LAYERS) for part in parts}
+DOTTED = re.compile(r"chariot_support(\.\w+)+(:\w+)?")  # a module named in a string (MLServer's implementation)
 
 
 def test_few_modules_at_the_top_and_each_sub_package_says_what_it_owns():
@@ -33,3 +55,84 @@ def test_what_a_models_file_imports_is_the_packages_own_surface():
     assert set(chariot_support.__all__) >= {"ChariotModel", "Image", "TaskType", "Detection", "BadRequest"}
     for name in chariot_support.__all__:
         assert getattr(chariot_support, name) is not None, name
+
+
+def part_of(module: str) -> str:
+    """The sub-package or top module that `module` (chariot_support.x.y) belongs to; `__init__` for the package."""
+    name = module.split(".")[1] if "." in module else "__init__"
+    return name if (PACKAGE / name).is_dir() or (PACKAGE / f"{name}.py").is_file() else "__init__"
+
+
+def imports_of(path: Path) -> Iterator[tuple[int, str]]:
+    """Every support-package module `path` imports, with its line: at the top or inside a function, absolute or
+    relative, and modules named in strings (MLServer loads the runtime by its dotted name)."""
+    here = ["chariot_support", *path.relative_to(PACKAGE).with_suffix("").parts]
+    package = here[:-1]  # what a relative import starts from; a package's __init__ is in it
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            yield from ((node.lineno, alias.name) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = package[: len(package) - node.level + 1] if node.level else []
+            module = ".".join([*base, *([node.module] if node.module else [])])
+            if module == "chariot_support":  # `from chariot_support import model_id`: the module, or the surface
+                yield from ((node.lineno, f"{module}.{alias.name}") for alias in node.names)
+            else:
+                yield node.lineno, module
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and DOTTED.fullmatch(node.value):
+            module = node.value.partition(":")[0]
+            if part_of(module) != "__init__":  # not a logger's name, such as chariot_support.requests
+                yield node.lineno, module
+
+
+def layering_problems() -> list[str]:
+    problems = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        where = str(path.relative_to(PACKAGE))
+        own = part_of(".".join(["chariot_support", *path.relative_to(PACKAGE).with_suffix("").parts]))
+        if own not in LAYER:
+            problems.append(f"{where} is in {own!r}, which has no layer: add it to LAYERS in {Path(__file__).name}")
+            continue
+        for line, module in imports_of(path):
+            if not module.startswith("chariot_support"):
+                continue
+            other = part_of(module)
+            if other == own:
+                continue
+            if other not in LAYER:
+                problems.append(f"{where}:{line} imports {module}, in {other!r}, which has no layer")
+            elif LAYER[other] >= LAYER[own]:
+                kind = "beside" if LAYER[other] == LAYER[own] else "above"
+                problems.append(
+                    f"{where}:{line} imports {module}: {other!r} is {kind} {own!r} in the layers"
+                    f" ({' < '.join('/'.join(parts) for parts in LAYERS)}); move the code it needs down, or hand it in"
+                )
+    return problems
+
+
+def test_the_layers_depend_one_way():
+    """No sub-package imports one beside or above it, so no two import each other: what every layer needs sits below
+    them all, the framework's seams low, the pipeline in the middle, the transports above it, the server on top."""
+    assert not layering_problems(), "\n".join(layering_problems())
+
+
+def test_a_back_edge_is_named(tmp_path, monkeypatch):
+    """The check reads imports inside functions, relative ones, and names in strings: the ways an edge hides."""
+    fake = tmp_path / "chariot_support"
+    for name, text in {
+        "__init__.py": "",
+        "errors.py": "",
+        "seams/__init__.py": "",
+        "seams/mlserver.py": "def later():\n    from ..rest import app\n",
+        "rest/__init__.py": "",
+        "rest/app.py": "from chariot_support.seams import mlserver\n",
+        "server/__init__.py": "",
+        "server/server.py": "RUNTIME = 'chariot_support.runtime.runtime.ChariotRuntime'\n",
+        "runtime/__init__.py": "",
+        "runtime/runtime.py": "from chariot_support.server.server import RUNTIME\n",
+    }.items():
+        (fake / name).parent.mkdir(parents=True, exist_ok=True)
+        (fake / name).write_text(text)
+    monkeypatch.setattr(sys.modules[__name__], "PACKAGE", fake)
+    problems = layering_problems()
+    assert [p.split(" imports ")[0] for p in problems] == ["runtime/runtime.py:1", "seams/mlserver.py:2"], problems
+    assert "'rest' is above 'seams'" in problems[1]

@@ -16,7 +16,7 @@ from chariot_support.protocols.images import decode_image
 from chariot_support.protocols.legacy import STATUS_PATH, VERB_PATH, read_body, read_classify, read_predict, render
 from chariot_support.protocols.request import Answer, Answered
 from chariot_support.rest.legacy_routes import model_metadata, model_status
-from chariot_support.serving.runtime import validate_explanations
+from chariot_support.runtime.runtime import validate_explanations
 from chariot_support.settings import DEFAULTS, EngineSettings
 
 PIXELS = np.arange(4 * 5 * 3, dtype=np.uint8).reshape(4, 5, 3) * 4

@@ -18,10 +18,10 @@ import requests
 from mlserver.grpc import dataplane_pb2 as pb
 from mlserver.grpc.dataplane_pb2_grpc import GRPCInferenceServiceStub
 
+from chariot_support.after_answer import BATCH_SECONDS
 from chariot_support.dev.testing import chariot_request, encode_image, image_input, run_engine
-from chariot_support.serving import logs
-from chariot_support.serving.afterwards import BATCH_SECONDS
-from chariot_support.serving.logs import JSONLines
+from chariot_support.logs import request_lines as logs
+from chariot_support.logs.request_lines import JSONLines
 from chariot_support.settings import EngineSettings
 
 HERE = Path(__file__).parent
@@ -161,7 +161,7 @@ def test_log_level_reads_the_environment(value, level):
 
 
 def test_a_request_line_is_written_after_its_answer_with_the_time_the_request_ended(monkeypatch):
-    """The line is written by the thread that does requests' work after their answers (serving/afterwards.py), a
+    """The line is written by the thread that does requests' work after their answers (after_answer.py), a
     batch at a time: it still says when its request ended."""
     records: list[tuple[logging.LogRecord, str]] = []
 

@@ -109,7 +109,7 @@ def racy_engine(folder: Path) -> Path:
         "from .model import Model\n\n\nclass ClaimsThreadSafe(Model):\n    thread_safe = True\n"
     )
     (package / "__main__.py").write_text(
-        "from chariot_support.serving.server import serve\n\nfrom .claimed import ClaimsThreadSafe\n\n"
+        "from chariot_support.server.server import serve\n\nfrom .claimed import ClaimsThreadSafe\n\n"
         "serve(ClaimsThreadSafe, default_model_id='racy')\n"
     )
     return folder
@@ -140,7 +140,7 @@ def test_the_prompt_check_fails_a_model_that_answers_nothing_when_asked_nothing(
         "        return [[PromptAnswer(prompt=p, answer='yes') for p in i.prompts] for i in images]\n"
     )
     (package / "__main__.py").write_text(
-        "from chariot_support.serving.server import serve\n\nfrom .model import Model\n\n"
+        "from chariot_support.server.server import serve\n\nfrom .model import Model\n\n"
         "serve(Model, default_model_id='mute')\n"
     )
     with run_engine("mute_engine", src=tmp_path) as engine:

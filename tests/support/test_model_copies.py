@@ -13,7 +13,7 @@ import requests
 from chariot_support.dev.testing import chariot_request, image_input, run_engine
 from chariot_support.model.base import ChariotModel
 from chariot_support.model.tasks import TaskType
-from chariot_support.serving.copies import copies_wanted, threads_per_call
+from chariot_support.runtime.copies import copies_wanted, threads_per_call
 from chariot_support.settings import EngineSettings
 
 HERE = Path(__file__).parent

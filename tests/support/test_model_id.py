@@ -38,7 +38,7 @@ def test_an_alias_answers_beside_the_m_names_as_kserve_calls_it():
 
 
 def test_an_alias_that_is_no_kubernetes_name_stops_the_engine():
-    from chariot_support.serving.server import model_id_from_env
+    from chariot_support.server.server import model_id_from_env
     from chariot_support.settings import EngineSettings
 
     with pytest.raises(ValueError, match="CHARIOT_MODEL_ALIAS 'Road/Signs' is not a name the engine can answer to"):
@@ -72,7 +72,7 @@ def test_the_engine_refuses_the_ids_the_bake_refuses(model_id):
 
 def model_id_from_env_with(model_id: str) -> str:
     from chariot_support import model_id as rule
-    from chariot_support.serving.server import model_id_from_env
+    from chariot_support.server.server import model_id_from_env
     from chariot_support.settings import EngineSettings
 
     chosen = model_id_from_env(model_id, EngineSettings())  # no CHARIOT_MODEL_ID: the default is checked

@@ -1,4 +1,4 @@
-"""Every inference request reaches the model one way: through the pipeline (serving.pipeline.Pipeline.answer),
+"""Every inference request reaches the model one way: through the pipeline (pipeline.pipeline.Pipeline.answer),
 whatever its protocol, body form and transport, with CORS or gzip on or off. The pipeline counts each request it
 answers in MLServer's inference metrics: a request answered 200 that the count does not see came some other way."""
 
@@ -187,7 +187,7 @@ def test_mlservers_own_app_has_no_inference_route_left(released_metrics):
     import asyncio
 
     from chariot_support.model.demo import DEMO_MODELS
-    from chariot_support.serving.server import build_server
+    from chariot_support.server.server import build_server
     from chariot_support.settings import EngineSettings
 
     async def build():  # MLServer's constructor sets signal handlers on the running loop
@@ -210,8 +210,8 @@ def test_the_runtime_is_reached_only_through_the_pipeline():
 
     import chariot_support
     from chariot_support.errors import ChariotError
-    from chariot_support.serving.data_plane import ChariotDataPlane
-    from chariot_support.serving.runtime import ChariotRuntime
+    from chariot_support.pipeline.data_plane import ChariotDataPlane
+    from chariot_support.runtime.runtime import ChariotRuntime
 
     package = Path(chariot_support.__file__).parent
     callers = set()
@@ -222,7 +222,7 @@ def test_the_runtime_is_reached_only_through_the_pipeline():
                 and getattr(node.func, "id", getattr(node.func, "attr", "")) == "call_runtime"
             ):
                 callers.add(path.relative_to(package).as_posix())
-    assert callers == {"serving/pipeline.py"}, callers
+    assert callers == {"pipeline/pipeline.py"}, callers
     assert ChariotRuntime.predict is MLModel.predict, "the runtime must not answer MLServer's predict itself"
     with pytest.raises(ChariotError, match="pipeline"):
         asyncio.run(ChariotDataPlane.infer(None, None, "m-demo"))

@@ -116,7 +116,7 @@ def test_made_up_ids_are_version_4_uuids_that_a_model_seeding_random_does_not_re
     import random
     import uuid
 
-    from chariot_support.serving.pipeline import new_request_id
+    from chariot_support.pipeline.pipeline import new_request_id
 
     random.seed(7)  # a model that wants repeatable results seeds Python's generator...
     first = [new_request_id() for _ in range(3)]

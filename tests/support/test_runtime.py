@@ -11,8 +11,8 @@ from mlserver.types import InferenceRequest
 
 from chariot_support.dev.testing import chariot_request, image_input
 from chariot_support.errors import BadRequest
-from chariot_support.serving import runtime as runtime_module
-from chariot_support.serving.runtime import ChariotRuntime
+from chariot_support.runtime import runtime as runtime_module
+from chariot_support.runtime.runtime import ChariotRuntime
 from chariot_support.settings import EngineSettings
 from template_paths import TEMPLATE_ROOT
 

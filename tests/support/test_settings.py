@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from faulty_engine.model import FaultyModel
 
-from chariot_support.serving.server import build_server
+from chariot_support.server.server import build_server
 from chariot_support.settings import EngineSettings
 from template_paths import ENGINE_TEMPLATE
 
@@ -40,7 +40,7 @@ def test_the_readme_gives_each_settings_default(name):
 def test_the_engine_is_built_from_the_settings_it_was_handed_whatever_the_environment_says(
     monkeypatch, released_metrics
 ):
-    """The engine reads its settings once, where it starts (serving/server.py), and hands that object to every part:
+    """The engine reads its settings once, where it starts (server/server.py), and hands that object to every part:
     a part that read the environment again would serve by other settings than the ones the engine logged."""
     handed = EngineSettings.from_env(
         {

@@ -11,8 +11,8 @@ import requests
 from hostile import HERE, wait_until
 
 from chariot_support.dev.testing import chariot_request, image_input, run_demo_engine, run_engine
-from chariot_support.serving.plan import ServingPlan
-from chariot_support.serving.server import settings_message
+from chariot_support.runtime.plan import ServingPlan
+from chariot_support.server.server import settings_message
 from chariot_support.settings import EngineSettings
 
 PIXELS = np.zeros((32, 48, 3), np.uint8)

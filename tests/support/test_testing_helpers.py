@@ -7,7 +7,7 @@ import numpy as np
 from spilling_engine.model import SpillingDetector
 
 from chariot_support.dev.testing import answer, as_image, free_ports
-from chariot_support.model.bounds import inside_image
+from chariot_support.model.clipping import inside_image
 from chariot_support.model.tasks import validate_results
 
 

@@ -1,6 +1,6 @@
 """Serve SlowNative."""
 
-from chariot_support.serving.server import serve
+from chariot_support.server.server import serve
 
 from .model import SlowNative
 

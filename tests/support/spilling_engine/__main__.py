@@ -2,7 +2,7 @@
 
 import sys
 
-from chariot_support.serving.server import serve
+from chariot_support.server.server import serve
 
 from .model import MODELS
 

@@ -1,6 +1,6 @@
 """Serve UnloadableModel (defined in its own module, as parallel workers import it by name)."""
 
-from chariot_support.serving.server import serve
+from chariot_support.server.server import serve
 
 from .model import UnloadableModel
 

@@ -1,4 +1,5 @@
-"""Everything that makes an engine speak Chariot's chariot-v2-kserve protocol; identical in every baked engine."""
+"""Everything Chariot-specific an engine needs, identical in every baked engine; what an author's model.py imports is
+this package's own surface (`from chariot_support import ChariotModel, Image, Detection, ...`)."""
 
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ import sys
 
 from chariot_support.model.demo import DEMO_MODELS
 from chariot_support.model.tasks import TaskType
-from chariot_support.serving.server import serve
+from chariot_support.server.server import serve
 
 
 def main(argv: list[str]) -> int:

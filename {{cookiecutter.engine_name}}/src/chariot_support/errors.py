@@ -1,7 +1,7 @@
 """Errors an engine answers with: each carries its HTTP status and a message for the person who caused it.
 
-They are the engine's own: the server turns them into `{"error": ...}` bodies and gRPC status codes, and
-`seams.mlserver.unwrap_worker_error` brings them back whole from a parallel worker."""
+They are the engine's own: the transports turn them into `{"error": ...}` bodies (error_bodies.py) and gRPC status
+codes (grpc/service.py), and `seams.mlserver.unwrap_worker_error` brings them back whole from a parallel worker."""
 
 
 class ChariotError(Exception):

@@ -188,6 +188,6 @@ DEFAULTS = EngineSettings()
 
 @functools.cache
 def config() -> EngineSettings:
-    """The engine's settings, read from the environment once, by the process that starts the engine (serving/server)
+    """The engine's settings, read from the environment once, by the process that starts the engine (server/server)
     and by the log setup; every other part is handed them."""
     return EngineSettings.from_env()

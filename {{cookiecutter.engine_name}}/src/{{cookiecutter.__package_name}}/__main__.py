@@ -1,6 +1,6 @@
 """Start the engine: `python -m {{ cookiecutter.__package_name }}` (the Dockerfile runs the same)."""
 
-from chariot_support.serving.server import serve
+from chariot_support.server.server import serve
 
 from . import DEFAULT_MODEL_ID
 from .model import Model

@@ -109,7 +109,7 @@ def read_picture(path: Path, **settings: Any) -> Image:
 def answer(model: Any, image: Image) -> list:
     """What the engine answers for `image` from `model.predict`: the results checked against the task's format and
     kept inside the picture, then `score_threshold`, `action` and prompt order applied."""
-    from chariot_support.model.bounds import inside_image
+    from chariot_support.model.clipping import inside_image
     from chariot_support.model.tasks import select, validate_results
 
     task = model.task_type

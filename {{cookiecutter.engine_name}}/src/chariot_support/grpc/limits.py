@@ -17,9 +17,9 @@ from prometheus_client import REGISTRY
 from prometheus_client import Counter as PrometheusCounter
 
 from chariot_support.errors import Overloaded
+from chariot_support.memory.budgets import LARGE_BODY, BodyBudget
 from chariot_support.protocols.v2_grpc import fields_past
 from chariot_support.seams.grpc import EOF, answer, read, served_raw
-from chariot_support.serving.admission import LARGE_BODY, BodyBudget
 from chariot_support.settings import EngineSettings
 
 logger = logging.getLogger("chariot_support")

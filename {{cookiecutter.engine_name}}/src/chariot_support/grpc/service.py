@@ -16,17 +16,17 @@ from mlserver.grpc.dataplane_pb2_grpc import GRPCInferenceServiceServicer
 
 from chariot_support.errors import internal_error
 from chariot_support.grpc.limits import off_loop_if_large, refused_calls
+from chariot_support.logs.request_lines import log_request, request_entry
+from chariot_support.pipeline.data_plane import ChariotDataPlane, ChariotRepositoryHandlers
+from chariot_support.pipeline.pipeline import SERVING_ERRORS
 from chariot_support.protocols import v2_grpc
 from chariot_support.seams.mlserver import (
-    SERVING_ERRORS,
     ModelMetadataResponseConverter,
     RepositoryIndexRequestConverter,
     ServerMetadataResponseConverter,
     to_headers,
     to_metadata,
 )
-from chariot_support.serving.data_plane import ChariotDataPlane, ChariotRepositoryHandlers
-from chariot_support.serving.logs import log_request, request_entry
 
 logger = logging.getLogger("chariot_support")
 

@@ -1,9 +1,10 @@
-"""What crosses the pipeline: every protocol reads its requests into a `Request` (images as `ImageInput`s, numeric
-tensors) and renders the `Answer` the pipeline gives back.
+"""What crosses the pipeline: every protocol reads its requests into a `Request` (V2-shaped inputs), checked into a
+`ParsedRequest` (images as `ImageInput`s, numeric tensors) for the runtime, and renders the `Answer` the pipeline
+gives back.
 
 transport       protocol (parse)                 pipeline                        protocol (render)
-rest/front  --> protocols/v2_rest, v2_binary,  --> serving/pipeline.Pipeline --> the same module's render
-grpc/service    chariot_v2, legacy, v2_grpc        (serving/runtime in the model's process)
+rest/inference  --> protocols/v2_rest, v2_binary,  --> pipeline/pipeline.Pipeline --> the same module's render
+grpc/service    chariot_v2, legacy, v2_grpc        (runtime/runtime in the model's process)
 """
 
 from __future__ import annotations
@@ -49,6 +50,9 @@ class ImageInput:
 
 @dataclass(frozen=True)
 class ParsedRequest:
+    """A request checked against its protocol, the model's task type and the engine's limits: what the runtime
+    answers (its images still encoded)."""
+
     images: tuple[ImageInput, ...]
     tensors: Mapping[str, np.ndarray]
     metadata: str | None
@@ -56,8 +60,8 @@ class ParsedRequest:
 
 @dataclass(frozen=True)
 class Tensor:
-    """One input of a V2 inference request, as the engine's other protocols build it (the V2 routes hand over the
-    server's own request object, which has the same fields)."""
+    """One input of a request as every protocol reads it: a V2 tensor's fields (a V2 body in a shape the engine does
+    not read itself is read by MLServer's request model and converted: protocols/v2_rest.request_from_model)."""
 
     name: str
     data: list

@@ -1,2 +1,3 @@
-"""The REST transport: the front that reads every inference POST into the pipeline, the middlewares that bound
-heavy and hostile bodies, and the routes Chariot calls beside MLServer's."""
+"""The REST transport: the inference front that reads every inference POST, has the pipeline answer it and writes the
+answer (inference.py), the body reader and the middlewares that bound heavy and hostile bodies, and the routes
+Chariot calls beside MLServer's."""

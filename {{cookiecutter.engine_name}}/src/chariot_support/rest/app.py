@@ -12,14 +12,14 @@ from mlserver.errors import MLServerError
 from mlserver.settings import Settings
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from chariot_support.error_bodies import error_response, json_response
 from chariot_support.errors import ChariotError, DoesNotStream, internal_error
+from chariot_support.logs.request_lines import install_request_log
+from chariot_support.memory.budgets import BodyBudget
+from chariot_support.pipeline.data_plane import ChariotDataPlane
 from chariot_support.protocols.v2_rest import validation_message
 from chariot_support.rest.bodies import ControlBodies, Framing
-from chariot_support.rest.errors import error_response, json_response
-from chariot_support.rest.front import InferenceFront
-from chariot_support.serving.admission import BodyBudget
-from chariot_support.serving.data_plane import ChariotDataPlane
-from chariot_support.serving.logs import install_request_log
+from chariot_support.rest.inference import InferenceFront
 
 logger = logging.getLogger("chariot_support")
 
@@ -30,8 +30,8 @@ NOT_READY = (
 
 
 def install_rest_app(app: FastAPI, data_plane: ChariotDataPlane, settings: Settings, budget: BodyBudget) -> None:
-    """Put the inference front (rest/front.py) before MLServer's REST app, which keeps every other route; add the paths
-    Chariot calls beside MLServer's, and make every error body `{"error": ...}`."""
+    """Put the inference front (rest/inference.py) before MLServer's REST app, which keeps every other route; add the
+    paths Chariot calls beside MLServer's, and make every error body `{"error": ...}`."""
     # Chariot's URLs end in a slash; MLServer would 307-redirect them to an absolute URL that is wrong behind
     # Chariot's gateway.
     app.router.redirect_slashes = False
@@ -107,7 +107,7 @@ def install_rest_app(app: FastAPI, data_plane: ChariotDataPlane, settings: Setti
     app.add_middleware(ControlBodies, max_elements=engine.max_elements, max_depth=engine.max_json_depth)
     app.add_middleware(Framing)
     install_request_log(app)
-    # Outermost of the engine's middlewares: the one REST transport for inference (rest/front.py).
+    # Outermost of the engine's middlewares: the one REST transport for inference (rest/inference.py).
     app.add_middleware(
         InferenceFront,
         pipeline=data_plane.pipeline,

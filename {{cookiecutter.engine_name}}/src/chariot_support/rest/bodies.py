@@ -11,9 +11,9 @@ from collections.abc import Callable
 
 import numpy as np
 
+from chariot_support.error_bodies import send_error
 from chariot_support.errors import BadRequest, ChariotError
-from chariot_support.rest.errors import send_error
-from chariot_support.serving.admission import LARGE_BODY
+from chariot_support.memory.budgets import LARGE_BODY
 
 _BRACKETS = np.zeros(256, np.int8)
 _BRACKETS[[ord("["), ord("{")]] = 1

@@ -1,5 +1,5 @@
 """KServe V1's and TensorFlow Serving's GET routes at `/v1/models/...`: the models served, each model's status
-and its metadata (inference there is the front's: rest/front.py)."""
+and its metadata (inference there is the front's: rest/inference.py)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,11 @@ from typing import Any
 from fastapi import FastAPI
 from starlette.responses import Response
 
+from chariot_support.error_bodies import error_response, json_response
 from chariot_support.model.tasks import TaskType
+from chariot_support.pipeline.pipeline import SERVING_ERRORS
 from chariot_support.protocols.legacy import DEFAULT_SIGNATURE, STATUS_PATH
-from chariot_support.rest.errors import error_response, json_response
-from chariot_support.seams.mlserver import SERVING_ERRORS, unwrap_worker_error
+from chariot_support.seams.mlserver import unwrap_worker_error
 
 
 def model_status(name: str, version: str, ready: bool) -> dict:
@@ -67,7 +68,7 @@ def model_metadata(name: str, version: str, task: TaskType) -> dict:
 
 
 def install_legacy_routes(app: FastAPI, pipeline: Any) -> None:
-    """Serve the model's status and metadata at `/v1/models/...` (inference there is the front's: rest/front.py)."""
+    """Serve the model's status and metadata at `/v1/models/...` (inference there is the front's: rest/inference.py)."""
 
     async def list_models() -> Response:
         return json_response({"models": [pipeline.model_name]})

@@ -8,7 +8,7 @@ from typing import Any
 
 from starlette_exporter import PrometheusMiddleware
 
-from chariot_support.serving.afterwards import afterwards
+from chariot_support.after_answer import afterwards
 
 
 def find_middleware(app, kinds: type | tuple[type, ...]):
@@ -43,7 +43,7 @@ class HTTPMetrics:
     def finished(self, method: str, route: str, status: int, seconds: float) -> None:
         afterwards.later(self._finished, method, route, status, seconds)
 
-    # Counted by the thread that does requests' work after their answers (serving/afterwards.py), in order.
+    # Counted by the thread that does requests' work after their answers (after_answer.py), in order.
 
     def _started(self, method: str) -> None:
         self._gauge(method).inc()

@@ -21,7 +21,6 @@ from typing import Any, Protocol
 from grpc import aio as grpc_aio
 from mlserver import MLServer
 from mlserver.context import model_context, model_name_var
-from mlserver.errors import MLServerError
 from mlserver.grpc import server as mlserver_grpc_server
 
 # MLServer's parts the engine builds on that its documentation does not describe (it documents its types, settings,
@@ -47,8 +46,8 @@ from mlserver.types import InferenceResponse
 from mlserver.utils import extract_headers
 from mlserver.utils import install_uvloop_event_loop as install_uvloop_event_loop
 
+from chariot_support.after_answer import afterwards
 from chariot_support.errors import ChariotError, ModelLoadFailed, WorkersDown
-from chariot_support.serving.afterwards import afterwards
 
 logger = logging.getLogger("chariot_support")
 
@@ -60,10 +59,6 @@ def signal_name(exit_code: int) -> str:
         except ValueError:
             return f"killed by signal {-exit_code}"
     return f"exit code {exit_code}"
-
-
-# What an engine answers with a status code: its own errors, and MLServer's (a model not found, not ready...).
-SERVING_ERRORS = (ChariotError, MLServerError)
 
 
 def unwrap_worker_error(error: BaseException) -> BaseException:
@@ -256,7 +251,7 @@ async def served_inference(data_plane: DataPlane, model, version: str | None):
         outcome = failures
         raise
     finally:
-        # Counted after the answer, by the thread that does requests' work then (serving/afterwards.py).
+        # Counted after the answer, by the thread that does requests' work then (after_answer.py).
         afterwards.later(_count_inference, duration, time.perf_counter() - started, outcome)
 
 
@@ -274,7 +269,7 @@ async def call_runtime(model, method: str, *args):
 
 
 # The parallel workers (MLSERVER_PARALLEL_WORKERS). MLServer gives no public handle on its inference pools, their
-# worker processes or the dispatcher that sends each request to one; the engine's supervisor (serving/workers.py) reaches
+# worker processes or the dispatcher that sends each request to one; the engine's supervisor (server/workers.py) reaches
 # them through these functions only.
 
 

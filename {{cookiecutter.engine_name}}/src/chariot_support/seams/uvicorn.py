@@ -13,7 +13,7 @@ from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from chariot_support.rest.errors import raw_error, send_error
+from chariot_support.error_bodies import raw_error, send_error
 from chariot_support.settings import DEFAULTS, EngineSettings
 
 logger = logging.getLogger("chariot_support")

@@ -1,4 +1,7 @@
-"""The MLServer runtime that turns a chariot-v2-kserve request into a call of the author's predict and back."""
+"""The MLServer runtime every engine serves: it loads the author's model and answers each checked request the pipeline
+sends it, whatever its protocol: its images decoded within the decode budget, predict (in a batch with other
+requests' images when batching is on), the results checked, kept inside the image and selected, all within
+CHARIOT_PREDICT_TIMEOUT."""
 
 from __future__ import annotations
 
@@ -26,18 +29,18 @@ from chariot_support.errors import (
     PredictFailed,
     PredictTimeout,
 )
+from chariot_support.logs.request_lines import note_request_id
+from chariot_support.memory.budgets import MemoryBudget
 from chariot_support.model.base import ChariotModel
-from chariot_support.model.bounds import inside_image
+from chariot_support.model.clipping import inside_image
 from chariot_support.model.image import Image
 from chariot_support.model.tasks import TaskType, select, to_json, validate_results
 from chariot_support.protocols.images import decode_image
 from chariot_support.protocols.request import Answered, ImageInput, ParsedRequest
-from chariot_support.serving.admission import MemoryBudget, StuckThreads
-from chariot_support.serving.batching import Batcher
-from chariot_support.serving.copies import ModelCopies, threads_per_call
-from chariot_support.serving.logs import note_request_id
-from chariot_support.serving.plan import ServingPlan
-from chariot_support.serving.threads import Call, Overran, Threads, expire, settle
+from chariot_support.runtime.batching import Batcher
+from chariot_support.runtime.copies import ModelCopies, threads_per_call
+from chariot_support.runtime.plan import ServingPlan
+from chariot_support.runtime.threads import Call, Overran, StuckThreads, Threads, expire, settle
 from chariot_support.settings import EngineSettings
 
 logger = logging.getLogger("chariot_support")
@@ -166,7 +169,7 @@ class ChariotRuntime(MLModel):
 
     async def answer(self, request: ParsedRequest, request_id: str, explain: bool = False) -> Answered:
         """The runtime's one entry, for every protocol (pipeline.Pipeline.answer calls it, across parallel workers
-        too), with a request the pipeline has checked: decode its images, predict, check and select the results,
+        too), with a request already checked: decode its images, predict, check and select the results,
         within CHARIOT_PREDICT_TIMEOUT."""
         note_request_id(request_id)  # a request that fails here is still logged under its id
         return await self._within_timeout(request_id, self._answer, request, request_id, explain)

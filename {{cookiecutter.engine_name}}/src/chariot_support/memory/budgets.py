@@ -1,5 +1,5 @@
-"""What a request may hold while it is served: its body and the decoded pixels of its images against the engine's
-memory budgets, and the threads that predicts past CHARIOT_PREDICT_TIMEOUT keep."""
+"""What a request may hold in memory while it is served: its body (REST or gRPC) and the decoded pixels of its images,
+each against one of the engine's memory budgets."""
 
 from __future__ import annotations
 
@@ -7,17 +7,14 @@ import asyncio
 import logging
 import threading
 import time
-import weakref
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 from chariot_support.errors import Overloaded, TooLarge
+from chariot_support.memory.reclaim import RECLAIM_AFTER_BYTES, reclaim_soon
 from chariot_support.protocols.images import image_header
 from chariot_support.protocols.request import ImageInput
-from chariot_support.serving.memory import RECLAIM_AFTER_BYTES, reclaim_soon
 from chariot_support.settings import EngineSettings
-
-_COUNTERS: weakref.WeakSet[StuckThreads] = weakref.WeakSet()
 
 logger = logging.getLogger("chariot_support")
 
@@ -81,50 +78,6 @@ class MemoryBudget:
             with self._room:
                 self._used -= cost
                 self._room.notify_all()
-
-
-def threads_still_stuck() -> int:
-    """Threads of this process still inside a predict that overran its timeout."""
-    return sum(counter.count for counter in list(_COUNTERS))
-
-
-class StuckThreads:
-    """Counts the threads written off to predicts that overran their timeout. Below the cap each is replaced; at
-    the cap the engine stops taking requests (not ready, 503) until one returns, so threads stay bounded."""
-
-    def __init__(self, cap: int):
-        self.cap = cap
-        self._count = 0
-        self._owed = 0  # written-off threads not replaced, because the cap was reached
-        self._lock = threading.Lock()
-        _COUNTERS.add(self)
-
-    @property
-    def count(self) -> int:
-        return self._count
-
-    @property
-    def full(self) -> bool:
-        return self._count >= self.cap
-
-    def written_off(self) -> bool:
-        """Count one more stuck thread; whether a replacement may start."""
-        with self._lock:
-            self._count += 1
-            if self._count <= self.cap:
-                return True
-            self._owed += 1
-            return False
-
-    def returned(self) -> bool:
-        """A stuck thread's predict returned; whether that thread should stay on as a worker in place of one
-        that was never replaced."""
-        with self._lock:
-            self._count -= 1
-            if self._owed:
-                self._owed -= 1
-                return True
-            return False
 
 
 class BodyBudget:

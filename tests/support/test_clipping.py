@@ -20,7 +20,7 @@ from chariot_support.dev.testing import (
     image_input,
     run_engine,
 )
-from chariot_support.model.bounds import inside_image
+from chariot_support.model.clipping import inside_image
 from chariot_support.model.tasks import (
     Classification,
     Detection,

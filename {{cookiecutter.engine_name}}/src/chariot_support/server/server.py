@@ -1,4 +1,5 @@
-"""MLServer set up as a Chariot engine: its settings, the model it serves, and start-up."""
+"""MLServer set up as a Chariot engine: its settings, the model it serves, the server that assembles the pipeline,
+the REST and gRPC transports and the parallel workers' supervisor (`ChariotServer`), start-up and shutdown."""
 
 from __future__ import annotations
 
@@ -17,12 +18,18 @@ from mlserver.types import (
 )
 
 from chariot_support import model_id as model_id_rule
+from chariot_support.after_answer import FlushedBeforeScrape, afterwards
 from chariot_support.errors import BadSettings, ModelLoadFailed
 from chariot_support.grpc.limits import CallLimits
 from chariot_support.grpc.service import ChariotInferenceServicer
+from chariot_support.logs.request_lines import logging_config
+from chariot_support.memory.budgets import BodyBudget
 from chariot_support.model.base import ChariotModel, has_explain
+from chariot_support.pipeline.data_plane import ChariotDataPlane, ChariotRepositoryHandlers, EngineRepository
 from chariot_support.rest.app import install_rest_app
 from chariot_support.rest.legacy_routes import install_legacy_routes
+from chariot_support.runtime.plan import ServingPlan
+from chariot_support.runtime.threads import threads_still_stuck
 from chariot_support.seams.mlserver import (
     DataPlane,
     EngineServer,
@@ -31,12 +38,7 @@ from chariot_support.seams.mlserver import (
     set_uvicorn_options,
 )
 from chariot_support.seams.uvicorn import IdleLimitedProtocol
-from chariot_support.serving.admission import BodyBudget, threads_still_stuck
-from chariot_support.serving.afterwards import FlushedBeforeScrape, afterwards
-from chariot_support.serving.data_plane import ChariotDataPlane, ChariotRepositoryHandlers, EngineRepository
-from chariot_support.serving.logs import logging_config
-from chariot_support.serving.plan import ServingPlan
-from chariot_support.serving.workers import WORKER_GRACE, WorkerWatch
+from chariot_support.server.workers import WORKER_GRACE, WorkerWatch
 from chariot_support.settings import EngineSettings, config
 
 logger = logging.getLogger("chariot_support")
@@ -116,7 +118,7 @@ def model_settings(model_class: type[ChariotModel], model_id: str, engine: Engin
     version = engine.model_version
     return ModelSettings(
         name=f"m-{model_id}",
-        implementation="chariot_support.serving.runtime.ChariotRuntime",
+        implementation="chariot_support.runtime.runtime.ChariotRuntime",
         platform=f"{PROTOCOL}_{model_class.task_type.name.lower()}",
         versions=[version],
         inputs=[image],

@@ -4,10 +4,11 @@ route.
 
 For each request the front owns what belongs to the connection: the framing check, the body limit and the process's
 body budget (counted before the bytes are buffered), chariot-v2 JSONL's line limit (counted while the body arrives),
-the body-shape guard, `{"error"}` bodies cut to length, the request log line and MLServer's HTTP metrics. It then
-hands the body to the route's protocol (protocols/v2_rest.py, v2_binary.py, chariot_v2.py, legacy.py), which reads it into the one request type,
-asks the pipeline (serving/pipeline.py) for the answer, and renders it. CORS and gzip, when MLServer's settings turn them on,
-wrap the front's answers with the same Starlette middlewares MLServer puts in its app.
+the body-shape guard, `{"error"}` bodies cut to length, the request log line and MLServer's HTTP metrics. The
+route's protocol (protocols/v2_rest.py, v2_binary.py, chariot_v2.py, legacy.py) reads the body into the one request
+type; the front asks the pipeline (pipeline/pipeline.py) for the answer and has the same protocol render it. CORS and
+gzip, when MLServer's settings turn them on, wrap the front's answers with the same Starlette middlewares MLServer
+puts in its app.
 """
 
 from __future__ import annotations
@@ -24,7 +25,17 @@ from typing import Any
 from starlette.middleware.cors import CORSMiddleware
 from starlette.middleware.gzip import GZipMiddleware
 
+from chariot_support.error_bodies import send_error
 from chariot_support.errors import BadRequest, ChariotError, internal_error
+from chariot_support.logs.request_lines import (
+    REQUEST_ID_HEADERS,
+    header_request_id,
+    log_request,
+    note_request_id,
+    request_entry,
+)
+from chariot_support.memory.budgets import LARGE_BODY, BodyBudget
+from chariot_support.pipeline.pipeline import SERVING_ERRORS, request_id_of
 from chariot_support.protocols import chariot_v2, legacy, v2_binary
 from chariot_support.protocols import v2_rest as v2
 from chariot_support.rest.bodies import (
@@ -36,19 +47,8 @@ from chariot_support.rest.bodies import (
     read_body,
     shape_problem,
 )
-from chariot_support.rest.errors import send_error
 from chariot_support.seams.metrics import HTTPMetrics
-from chariot_support.seams.mlserver import SERVING_ERRORS
 from chariot_support.seams.uvicorn import ANSWERED
-from chariot_support.serving.admission import LARGE_BODY, BodyBudget
-from chariot_support.serving.logs import (
-    REQUEST_ID_HEADERS,
-    header_request_id,
-    log_request,
-    note_request_id,
-    request_entry,
-)
-from chariot_support.serving.pipeline import request_id_of
 from chariot_support.settings import EngineSettings
 
 logger = logging.getLogger("chariot_support")

@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from chariot_support.model.base import ChariotModel
-from chariot_support.serving.batching import BatchSettings, batch_settings
-from chariot_support.serving.copies import copies_wanted
+from chariot_support.runtime.batching import BatchSettings, batch_settings
+from chariot_support.runtime.copies import copies_wanted
 from chariot_support.settings import EngineSettings
 
 

@@ -1,6 +1,6 @@
 """The runtime's own threads, which decode images and run predict: a request's work is queued to them, and a
 predict that overruns CHARIOT_PREDICT_TIMEOUT has its thread written off and replaced (not the parallel worker
-processes of serving/workers.py)."""
+processes of server/workers.py)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,55 @@ import asyncio
 import itertools
 import queue
 import threading
+import weakref
 from concurrent.futures import Future
 from dataclasses import dataclass
 
-from chariot_support.serving.admission import StuckThreads
+_COUNTERS: weakref.WeakSet[StuckThreads] = weakref.WeakSet()
+
+
+def threads_still_stuck() -> int:
+    """Threads of this process still inside a predict that overran its timeout."""
+    return sum(counter.count for counter in list(_COUNTERS))
+
+
+class StuckThreads:
+    """Counts the threads written off to predicts that overran their timeout. Below the cap each is replaced; at
+    the cap the engine stops taking requests (not ready, 503) until one returns, so threads stay bounded."""
+
+    def __init__(self, cap: int):
+        self.cap = cap
+        self._count = 0
+        self._owed = 0  # written-off threads not replaced, because the cap was reached
+        self._lock = threading.Lock()
+        _COUNTERS.add(self)
+
+    @property
+    def count(self) -> int:
+        return self._count
+
+    @property
+    def full(self) -> bool:
+        return self._count >= self.cap
+
+    def written_off(self) -> bool:
+        """Count one more stuck thread; whether a replacement may start."""
+        with self._lock:
+            self._count += 1
+            if self._count <= self.cap:
+                return True
+            self._owed += 1
+            return False
+
+    def returned(self) -> bool:
+        """A stuck thread's predict returned; whether that thread should stay on as a worker in place of one
+        that was never replaced."""
+        with self._lock:
+            self._count -= 1
+            if self._owed:
+                self._owed -= 1
+                return True
+            return False
 
 
 class Overran(Exception):

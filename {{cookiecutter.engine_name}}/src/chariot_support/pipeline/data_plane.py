@@ -1,5 +1,6 @@
-"""The engine's data plane over MLServer's: the model named as Chariot names it, readiness that means loaded,
-inference through the one pipeline, and the model repository of the one model an engine serves."""
+"""The engine's data plane over MLServer's: the model named as Chariot names it, readiness that means loaded, the
+one pipeline every inference goes through (MLServer's own inference is refused), and the model repository of the one
+model an engine serves."""
 
 from __future__ import annotations
 
@@ -19,14 +20,9 @@ from mlserver.types import (
 
 from chariot_support import model_id as model_id_rule
 from chariot_support.errors import ChariotError, DoesNotStream, NotFound
+from chariot_support.pipeline.pipeline import SERVING_ERRORS, Pipeline
 from chariot_support.protocols import v2_binary
-from chariot_support.seams.mlserver import (
-    SERVING_ERRORS,
-    DataPlane,
-    ModelRepository,
-    ModelRepositoryHandlers,
-)
-from chariot_support.serving.pipeline import Pipeline
+from chariot_support.seams.mlserver import DataPlane, ModelRepository, ModelRepositoryHandlers
 from chariot_support.settings import EngineSettings
 
 logger = logging.getLogger("chariot_support")
@@ -35,8 +31,8 @@ EXTENSIONS = (v2_binary.EXTENSION,)
 
 
 class ChariotDataPlane:
-    """MLServer's data plane with Chariot's model naming, request ids and not-found messages, shared by REST
-    and gRPC."""
+    """MLServer's data plane with Chariot's model naming, readiness and not-found messages, shared by REST and gRPC;
+    it holds the pipeline (`pipeline`), which gives requests their ids and answers them."""
 
     def __init__(self, inner: DataPlane, model_registry: Any, *, model_name: str, engine: EngineSettings):
         self._inner = inner
@@ -45,7 +41,7 @@ class ChariotDataPlane:
         self.model_name = model_name
         self._pinned = bool(engine.model_id)  # CHARIOT_MODEL_ID: only that name reaches the model
         self._alias = engine.model_alias  # CHARIOT_MODEL_ALIAS: one more name that does (KServe's InferenceService)
-        self.workers = None  # the WorkerWatch (serving/workers.py), when the model runs in parallel workers
+        self.workers = None  # the WorkerWatch (server/workers.py), when the model runs in parallel workers
         self.pipeline = Pipeline(self, inner)  # every inference request's one way to the model
 
     async def live(self) -> bool:

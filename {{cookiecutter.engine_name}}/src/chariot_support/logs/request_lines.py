@@ -14,8 +14,8 @@ from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import Any
 
+from chariot_support.after_answer import afterwards
 from chariot_support.seams.mlserver import current_model_name
-from chariot_support.serving.afterwards import afterwards
 
 HANDLER_NAME = "chariot_json_lines"
 requests_logger = logging.getLogger("chariot_support.requests")
@@ -148,7 +148,7 @@ def _write_line(created: float, level: int, args: tuple, fields: dict[str, Any])
     requests_logger.handle(record)
 
 
-# The engine's handler, then the lines for it of the batch being done (by the thread of serving/afterwards.py, under
+# The engine's handler, then the lines for it of the batch being done (by the thread of after_answer.py, under
 # its lock). A forked worker starts with none: those are its parent's to write.
 _batch: list = []
 os.register_at_fork(after_in_child=_batch.clear)

@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from chariot_support.serving import afterwards as module
-from chariot_support.serving.afterwards import BATCH_SECONDS, Afterwards
+from chariot_support import after_answer as module
+from chariot_support.after_answer import BATCH_SECONDS, Afterwards
 
 
 def test_work_is_done_by_its_own_thread_in_order_a_batch_after_the_first():
@@ -45,7 +45,7 @@ def test_one_failing_work_is_logged_and_the_rest_is_done(caplog):
 def test_work_still_waiting_when_the_process_exits_is_done(leave):
     program = (
         "import logging.config, sys, time\n"
-        "from chariot_support.serving import logs\n"
+        "from chariot_support.logs import request_lines as logs\n"
         "logging.config.dictConfig(logs.logging_config('INFO'))\n"
         "def main():\n"
         "    for i in range(3):\n"

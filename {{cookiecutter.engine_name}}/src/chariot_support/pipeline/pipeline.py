@@ -1,7 +1,8 @@
 """The one way into the model: every inference request, whatever its protocol and transport, is answered by
-`Pipeline.answer`. It gives the request its id, finds the model by the name the client used, counts the request in
-MLServer's inference metrics, and calls the runtime's one entry (`ChariotRuntime.answer`), in this process or in the
-parallel worker the model lives in, which checks, decodes, batches, predicts and checks the results within
+`Pipeline.answer`. It gives the request its id, refuses it while the engine stops, finds the model by the name the
+client used, counts the request in MLServer's inference metrics, checks it against the model's task type and the
+engine's limits before it waits for anything, and calls the runtime's one entry (`ChariotRuntime.answer`), in this
+process or in the parallel worker the model lives in, which decodes, batches, predicts and checks the results within
 CHARIOT_PREDICT_TIMEOUT."""
 
 from __future__ import annotations
@@ -14,19 +15,23 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from mlserver.errors import MLServerError
+
 from chariot_support.errors import BadRequest, ChariotError, ModelLoading
+from chariot_support.logs.request_lines import id_header, note_request_id
+from chariot_support.memory.budgets import LARGE_BODY
 from chariot_support.model.tasks import TaskType
 from chariot_support.protocols.chariot_v2_kserve import HEADER_TEXT, parse_request
 from chariot_support.protocols.request import Answer, ParsedRequest, Request
 from chariot_support.seams.mlserver import (
-    SERVING_ERRORS,
     call_runtime,
     response_headers,
     served_inference,
     unwrap_worker_error,
 )
-from chariot_support.serving.admission import LARGE_BODY
-from chariot_support.serving.logs import id_header, note_request_id
+
+# What an engine answers with a status code: its own errors, and MLServer's (a model not found, not ready...).
+SERVING_ERRORS = (ChariotError, MLServerError)
 
 # The longest request id taken from a body or a header: it is echoed in the answer, its headers and the log.
 MAX_REQUEST_ID = 256

@@ -1,7 +1,8 @@
 """The one way into the model: every inference request, whatever its protocol and transport, is answered by
 `Pipeline.answer`. It gives the request its id, finds the model by the name the client used, counts the request in
-MLServer's inference metrics, and calls the runtime's one entry (`ChariotRuntime.answer`), in this process or in the
-parallel worker the model lives in, which checks, decodes, batches, predicts and checks the results within
+MLServer's inference metrics, checks the request whole (its envelope, settings and image files, against the limits)
+before it waits for anything, and calls the runtime's one entry (`ChariotRuntime.answer`), in this process or in the
+parallel worker the model lives in, which decodes the pixels, batches, predicts and checks the results within
 CHARIOT_PREDICT_TIMEOUT."""
 
 from __future__ import annotations
@@ -99,8 +100,9 @@ class Pipeline:
             return await self.data_plane.model_registry.get_model(resolved, version)
 
     async def _parse(self, request: Request, task: TaskType) -> ParsedRequest:
-        """The request's inputs and parameters checked against the protocol and the engine's limits; its images
-        read from their base64 (off the event loop when large, so health answers meanwhile)."""
+        """The request's inputs and parameters checked against the protocol and the engine's limits, its images read
+        from their base64 and their files checked from their headers (off the event loop when large, so health
+        answers meanwhile)."""
         limits = self.data_plane.engine
         if _encoded_bytes(request) > LARGE_BODY:
             return await asyncio.to_thread(parse_request, request, task, limits)

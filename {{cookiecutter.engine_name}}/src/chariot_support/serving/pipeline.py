@@ -18,7 +18,7 @@ from typing import Any
 from chariot_support.errors import BadRequest, ChariotError, ModelLoading
 from chariot_support.model.tasks import TaskType
 from chariot_support.protocols.chariot_v2_kserve import HEADER_TEXT, parse_request
-from chariot_support.protocols.request import Answer, ParsedRequest, Request
+from chariot_support.protocols.request import Answer, ImageFile, ParsedRequest, Request
 from chariot_support.seams.mlserver import (
     SERVING_ERRORS,
     call_runtime,
@@ -162,7 +162,13 @@ class Pipeline:
 
 
 def _encoded_bytes(request: Request) -> int:
-    return sum(len(value) for tensor in request.inputs for value in tensor.data[:1] if isinstance(value, (str, bytes)))
+    """The bytes of the request's images as sent: base64 to decode, or files to check."""
+    return sum(
+        len(value.data if isinstance(value, ImageFile) else value)
+        for tensor in request.inputs
+        for value in tensor.data[:1]
+        if isinstance(value, (str, bytes, ImageFile))
+    )
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ from chariot_support.dev.testing import encode_image, grpc_request
 from chariot_support.errors import ChariotError
 from chariot_support.pipeline.pipeline import request_id_of
 from chariot_support.protocols.chariot_v2_kserve import parse_request
-from chariot_support.protocols.images import decode_image
+from chariot_support.protocols.images import decode_pixels
 
 # Prompts are optional for every task (an Image Text to Text model answers a bare image about itself); the cases
 # about them carry these, and the fuzzers send them.
@@ -689,8 +689,8 @@ class Grpc:
 
 @dataclass(frozen=True)
 class Parser:
-    """No transport: the request envelope straight into the engine's parser and image decoder, as the runtime
-    calls them. Carries the cases that are valid InferenceRequests, whose refusal is the engine's own."""
+    """No transport: the request envelope straight into the engine's parser and image decoder, as the pipeline and
+    the runtime call them. Carries the cases that are valid InferenceRequests, whose refusal is the engine's own."""
 
     task: Any  # TaskType
     name: str = "parser"
@@ -708,8 +708,8 @@ class Parser:
         try:
             request_id_of(case.body.get("id"), {})  # the pipeline's check, before the parser
             parsed = parse_request(InferenceRequest.model_validate(case.body), self.task)
-            for i in parsed.images:
-                decode_image(i.encoded, f"input '{i.name}'")
+            for i in parsed.images:  # as the runtime decodes what the pipeline checked
+                decode_pixels(i.encoded, i.kind, i.where, i.item)
         except ChariotError as error:
             return Answer(error.status_code, {"error": str(error)})
         return Answer(200, {})

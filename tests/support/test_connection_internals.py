@@ -5,8 +5,10 @@ plain words what changed. Then the engine's protocol over the same transport, wi
 import ast
 import asyncio
 import json
+import sys
 from pathlib import Path
 
+import httptools
 import pytest
 from uvicorn.config import Config
 from uvicorn.protocols.http.flow_control import HIGH_WATER_LIMIT
@@ -350,6 +352,59 @@ def test_the_engines_protocol_builds_on_uvicorns(short_deadlines):
     run(check)
 
 
+class ParserErrors(HttpToolsProtocol):
+    """uvicorn's protocol, noting each send_400_response and the error being handled when it was called."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.refusals = []
+
+    def send_400_response(self, msg):
+        self.refusals.append(sys.exc_info()[1])
+        super().send_400_response(msg)
+
+
+def test_bytes_that_are_not_http_reach_send_400_response_while_the_parsers_error_is_handled():
+    async def check():
+        for data in (b"GARBAGE\r\n\r\n", b"GET / HTTP/1.1\r\nBad Header\r\n\r\n"):
+            protocol = serve(answer, kind=ParserErrors)
+            protocol.data_received(data)
+            refusals = protocol.refusals
+            assert len(refusals) == 1, (
+                f"uvicorn's protocol no longer answers {data!r} through send_400_response ({len(refusals)} calls):"
+                " the engine's JSON answer to a malformed request would not be written"
+            )
+            assert isinstance(refusals[0], httptools.HttpParserError), (
+                "uvicorn no longer calls send_400_response while it handles httptools' HttpParserError: the engine's"
+                f" answer would not name what was wrong (it saw {refusals[0]!r})"
+            )
+
+    run(check)
+
+
+@pytest.mark.parametrize(
+    "data, reason",
+    [
+        (b"GARBAGE\r\n\r\n", "Invalid method encountered"),
+        (b"GET / HTTP/1.1\r\nBad Header\r\n\r\n", "Invalid header token"),
+        (b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nZZ\r\n", "Invalid character in chunk size"),
+    ],
+)
+def test_a_malformed_request_is_answered_with_the_engines_json_error(short_deadlines, data, reason):
+    async def check():
+        protocol = serve(answer, kind=short_deadlines)
+        protocol.data_received(data)
+        await asyncio.sleep(0.01)
+        head, _, body = bytes(protocol.transport.written).partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 400 Bad Request\r\n"), head
+        assert b"content-type: application/json" in head and b"connection: close" in head, head
+        error = json.loads(body)["error"]
+        assert error.startswith(f"the request is not valid HTTP/1.1 ({reason})"), error
+        assert protocol.transport.closed and protocol not in protocol.connections
+
+    run(check)
+
+
 def uvicorn_uses() -> set[str]:
     """What the engine's protocol (seams/uvicorn.py) uses of uvicorn's HttpToolsProtocol: each method it overrides
     (`name()`), each attribute of uvicorn's it reads or sets on itself, and each attribute of uvicorn's objects it
@@ -400,6 +455,7 @@ _CYCLE = (test_a_request_cycle_marked_disconnected_ends_the_apps_receive_and_wri
 _FLOW = (test_flow_control_says_when_the_engine_holds_a_body_back_or_the_client_reads_nothing,)
 _TASKS = (test_requests_run_as_tasks_in_the_servers_set_and_get_the_app_the_protocol_holds_at_their_heads_end,)
 _ENGINE = (test_the_engines_protocol_builds_on_uvicorns,)
+_NOT_HTTP = (test_bytes_that_are_not_http_reach_send_400_response_while_the_parsers_error_is_handled,)
 UVICORN_CANARIES = {
     "connection_made()": (*_CONNECTIONS, *_KEEP_ALIVE),
     "connection_lost()": _CONNECTIONS,
@@ -425,6 +481,7 @@ UVICORN_CANARIES = {
     "on_message_complete()": _PARSER,
     "pause_writing()": (*_FLOW, test_a_client_that_leaves_its_answer_unread_is_cut_after_the_body_timeout),
     "resume_writing()": _FLOW,
+    "send_400_response()": _NOT_HTTP,
     "cycle.waiting_for_100_continue": _CYCLE,
     "cycle.response_complete": _CYCLE,
     "cycle.response_started": _CYCLE,

@@ -2,6 +2,7 @@
 
 import base64
 import io
+import json
 import struct
 import textwrap
 import zlib
@@ -16,11 +17,13 @@ from hypothesis import strategies as st
 from mlserver.types import InferenceRequest
 
 from chariot_support.dev.testing import as_image, encode_image, expect_error
-from chariot_support.errors import BadRequest
+from chariot_support.errors import BadRequest, TooLarge
 from chariot_support.model.tasks import TaskType
+from chariot_support.protocols import chariot_v2, legacy, v2_rest
 from chariot_support.protocols.chariot_v2_kserve import parse_request, request_from_json
 from chariot_support.protocols.images import _quick_header, decode_image, image_header
 from chariot_support.protocols.request import Request, Tensor
+from chariot_support.protocols.tensors import too_many_elements
 from chariot_support.settings import DEFAULTS, EngineSettings
 
 DETECTION = TaskType.OBJECT_DETECTION
@@ -182,6 +185,55 @@ def test_raw_image_bytes_are_accepted_as_grpc_sends_them():
     raw = base64.b64decode(B64)
     assert first(image(data=raw)).encoded == raw
     assert decoded(raw).shape == (20, 30, 3)
+
+
+def read_as_the_front_does(body: bytes, route: str, content_type: str = "application/json"):
+    """`body` read by its protocol as the REST front reads it at `route`, then checked by the pipeline's parse."""
+    if route == "v1":
+        request = legacy.read_predict(legacy.read_body(body))
+    else:
+        protocol, decoded = chariot_v2.choose(chariot_v2.Protocol.AUTO, content_type, body)
+        if protocol is chariot_v2.Protocol.KSERVE:
+            request = v2_rest.parse(decoded)
+        else:
+            request = chariot_v2.parse(body, content_type, None, DEFAULTS.max_inputs, decoded=decoded).request
+    return parse_request(request, DETECTION)
+
+
+IMAGES = 10
+
+
+@pytest.mark.parametrize(
+    "route, body, content_type, decodes",
+    [
+        ("v1", {"instances": [{"b64": B64}] * IMAGES}, "application/json", IMAGES),
+        ("v1", {"instances": [B64] * IMAGES}, "application/json", IMAGES),
+        ("root", {"inputs": [image(f"img-{i}") for i in range(IMAGES)]}, "application/json", IMAGES),
+        ("root", {"input": B64}, "application/json", 1),
+        ("root", "\n".join(json.dumps({"input": B64}) for _ in range(IMAGES)).encode(), "application/jsonl", IMAGES),
+        ("root", base64.b64decode(B64), "image/png", 0),
+    ],
+    ids=["KServe V1 b64", "KServe V1 strings", "chariot-v2-kserve", "chariot-v2 JSON", "chariot-v2 JSONL", "file"],
+)
+def test_each_image_is_decoded_from_base64_once_and_a_file_body_never(monkeypatch, route, body, content_type, decodes):
+    file, decoded_texts = base64.b64decode(B64), []
+    b64decode = base64.b64decode
+    monkeypatch.setattr(
+        base64, "b64decode", lambda text, *a, **k: decoded_texts.append(text) or b64decode(text, *a, **k)
+    )
+    raw = body if isinstance(body, bytes) else json.dumps(body).encode()
+    parsed = read_as_the_front_does(raw, route, content_type)
+    assert [i.encoded for i in parsed.images] == [file] * max(decodes, 1)
+    assert len(decoded_texts) == decodes, f"{len(decoded_texts)} base64 decodes for {decodes} images"
+
+
+def test_tensors_past_the_element_limit_are_a_413_with_the_words_every_protocol_uses():
+    limits = EngineSettings(max_elements=5)
+    alone = expect_error(lambda: parse(image(), tensor("FP32", [0.0] * 6), limits=limits), TooLarge)
+    assert alone == str(too_many_elements("input 'x'", 5)), alone
+    together = tensor("FP32", [0.0] * 3), tensor("INT8", [1] * 3, name="y")
+    message = expect_error(lambda: parse(image(), *together, limits=limits), TooLarge)
+    assert message.startswith("input 'y', with the inputs before it, holds more than 5 elements"), message
 
 
 def test_pixel_limit_is_inclusive():

@@ -3,10 +3,13 @@ sub-packages that each say what they own, layers that depend one way, and no mod
 concerns."""
 
 import ast
+import importlib
 import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 import chariot_support
 from template_paths import SUPPORT_SRC
@@ -136,3 +139,24 @@ def test_a_back_edge_is_named(tmp_path, monkeypatch):
     problems = layering_problems()
     assert [p.split(" imports ")[0] for p in problems] == ["runtime/runtime.py:1", "seams/mlserver.py:2"], problems
     assert "'rest' is above 'seams'" in problems[1]
+
+
+@pytest.mark.parametrize("old, new", sorted(chariot_support.MOVED.items()))
+def test_an_old_module_name_is_the_new_module_itself_with_a_warning(old, new, monkeypatch):
+    """An author's file that imports a module by its name in the flat layout gets that very module (a monkeypatch
+    through the old name reaches the code that uses the new one), and a warning saying where it went."""
+    monkeypatch.delitem(sys.modules, f"chariot_support.{old}", raising=False)
+    monkeypatch.delattr(chariot_support, old, raising=False)
+    with pytest.warns(FutureWarning, match=rf"chariot_support\.{old} is now chariot_support\.{new} "):
+        moved = importlib.import_module(f"chariot_support.{old}")
+    module = importlib.import_module(f"chariot_support.{new}")
+    assert moved is module and getattr(chariot_support, old) is module
+    assert module.__spec__.name == f"chariot_support.{new}", "the old name's import left its spec on the module"
+    monkeypatch.setattr(moved, "written_through_the_old_name", True, raising=False)
+    assert module.written_through_the_old_name
+
+
+@pytest.mark.parametrize("old", ["tasks", "images", "drawing", "decoding"])
+def test_names_no_authors_file_imported_are_gone(old):
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module(f"chariot_support.{old}")

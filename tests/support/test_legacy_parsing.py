@@ -141,9 +141,9 @@ def test_the_input_limit_holds_for_rows_too():
     bad(lambda: parse_predict({"instances": [B64] * 3}, OD, EngineSettings(max_inputs=2)), "3 inputs", "at most 2")
 
 
-def test_pixels_beyond_the_pixel_limit_are_refused_before_predict():
-    (image,) = parse_predict({"instances": [PIXELS.tolist()]}, OD, EngineSettings(max_image_pixels=10)).images
-    bad(lambda: decode_image(image.encoded, "instances[0]", EngineSettings(max_image_pixels=10)), "more than the 10")
+def test_pixels_beyond_the_pixel_limit_are_refused_as_the_request_is_read():
+    limits = EngineSettings(max_image_pixels=10)
+    bad(lambda: parse_predict({"instances": [PIXELS.tolist()]}, OD, limits), "instances[0]", "5x4", "more than the 10")
 
 
 def test_a_grey_png_is_still_an_rgb_image():

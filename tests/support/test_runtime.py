@@ -44,14 +44,14 @@ def request(images: int, *, bad: tuple[int, ...] = ()) -> InferenceRequest:
 def slow_decodes(monkeypatch) -> list[str]:
     """Make each decode take a moment and record the thread it ran on."""
     threads = []
-    decode = runtime_module.decode_image
+    decode = runtime_module.decode_pixels
 
     def recorded(*args, **kwargs):
         threads.append(threading.current_thread().name)
         time.sleep(0.05)
         return decode(*args, **kwargs)
 
-    monkeypatch.setattr(runtime_module, "decode_image", recorded)
+    monkeypatch.setattr(runtime_module, "decode_pixels", recorded)
     return threads
 
 

@@ -55,51 +55,41 @@ __all__ = [
 ]
 
 
-# Modules of the package's flat layout (before its sub-packages) and where each lives now. A model.py or
-# test_task.py written against that layout keeps importing (template updates leave those files to their author), with
-# a warning naming the new place.
+# Modules of the package's flat layout (before its sub-packages) that an author's own files imported (model.py,
+# tests/test_task.py and the engine's tests, which template updates leave to their author), and where each lives
+# now: the old name is the very module of the new one (writes and monkeypatches through either reach both), with a
+# FutureWarning naming the new place. `deps` is here for the command `python -m chariot_support.deps`.
 MOVED = {
     "base": "model.base",
-    "tasks": "model.tasks",
-    "detectors": "model.detectors",
-    "labels": "model.labels",
-    "onnx_session": "model.onnx_session",
     "demo": "model.demo",
-    "images": "protocols.images",
-    "tensors": "protocols.tensors",
     "testing": "dev.testing",
     "model_check": "dev.model_check",
     "deps": "dev.deps",
-    "drawing": "client.drawing",
 }
 
 
-class _MovedModule(types.ModuleType):
-    """An old module name: every attribute is the new module's own (the same classes, not copies)."""
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(import_module(self.__dict__["moved_to"]), name)
-
-
 class _MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Imports an old name as the module of its new one, put in sys.modules under both names."""
+
     def find_spec(self, fullname: str, path: Any = None, target: Any = None):
         package, _, old = fullname.partition(".")
         if package != __name__ or old not in MOVED:
             return None
         return importlib.machinery.ModuleSpec(fullname, self)
 
-    def create_module(self, spec):
-        module = _MovedModule(spec.name)
-        module.moved_to = f"{__name__}.{MOVED[spec.name.partition('.')[2]]}"
+    def create_module(self, spec) -> types.ModuleType:
+        module = import_module(f"{__name__}.{MOVED[spec.name.partition('.')[2]]}")
+        spec.loader_state = module.__spec__  # the import system sets the old name's spec on it: put back in exec
         return module
 
     def exec_module(self, module) -> None:
+        spec = module.__spec__
+        module.__spec__ = spec.loader_state
         warnings.warn(
-            f"{module.__name__} is now {module.moved_to} (the support package is in sub-packages): import from there",
+            f"{spec.name} is now {module.__name__} (the support package is in sub-packages): import from there",
             FutureWarning,
             stacklevel=2,
         )
-        import_module(module.moved_to)
 
 
 if not any(isinstance(finder, _MovedModules) for finder in sys.meta_path):

@@ -1,11 +1,11 @@
-"""Every error a REST client is answered with, written one way: `{"error": message}` with the message cut to
-MAX_ERROR_CHARS (a client's oversize field is not sent back whole), and one policy of headers: JSON, its length,
-`Retry-After` on every 503, `Connection: close` when the connection ends with it."""
+"""Every error a REST client is answered with, written one way: `{"error": message}` in UTF-8 JSON (orjson, the
+engine's encoder, on every route and for the connection's own refusals), with the message cut to MAX_ERROR_CHARS (a
+client's oversize field is not sent back whole), and one policy of headers: JSON, its length, `Retry-After` on every
+503, `Connection: close` when the connection ends with it."""
 
 from __future__ import annotations
 
 import http
-import json
 from typing import Any
 
 import orjson
@@ -25,7 +25,12 @@ def short_error(error: str, max_chars: int = MAX_ERROR_CHARS) -> str:
 
 
 def error_body(message: str) -> bytes:
-    return json.dumps({"error": short_error(message)}).encode()
+    """The bytes of every `{"error": message}` body."""
+    text = short_error(message)
+    try:
+        return orjson.dumps({"error": text})
+    except orjson.JSONEncodeError:  # a lone surrogate (a client's bytes read with surrogateescape) is not UTF-8
+        return orjson.dumps({"error": text.encode("utf-8", "backslashreplace").decode("utf-8")})
 
 
 def answer_headers(status: int, length: int, *, close: bool = False) -> list[tuple[bytes, bytes]]:
@@ -50,15 +55,18 @@ async def send_error(send, status: int, message: str, *, close: bool = False) ->
 
 def json_response(content: Any, status: int = 200) -> Response:
     """A route's JSON answer, strict JSON whatever came in, with the headers every answer of its status carries."""
-    body = orjson.dumps(content)
-    response = Response(body, status_code=status)
-    response.raw_headers = answer_headers(status, len(body))
-    return response
+    return _response(orjson.dumps(content), status)
 
 
 def error_response(status: int, message: str) -> Response:
     """A route's `{"error": message}` answer."""
-    return json_response({"error": short_error(message)}, status)
+    return _response(error_body(message), status)
+
+
+def _response(body: bytes, status: int) -> Response:
+    response = Response(body, status_code=status)
+    response.raw_headers = answer_headers(status, len(body))
+    return response
 
 
 def raw_error(status: int, message: str) -> bytes:

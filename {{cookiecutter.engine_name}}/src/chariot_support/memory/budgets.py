@@ -7,18 +7,15 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 
-from chariot_support.errors import Overloaded, TooLarge
+from chariot_support.errors import Overloaded
 from chariot_support.memory.reclaim import RECLAIM_AFTER_BYTES, reclaim_soon
-from chariot_support.protocols.images import image_header
-from chariot_support.protocols.request import ImageInput
 from chariot_support.settings import EngineSettings
 
 logger = logging.getLogger("chariot_support")
 
-BYTES_PER_PIXEL = 3  # decoded images are RGB uint8
 # A body (or gRPC message) this large is parsed off the event loop: copying 60 MiB of protobuf held the loop, and
 # every health check waiting on it, for about 40 ms a copy.
 LARGE_BODY = 1 << 20
@@ -26,7 +23,8 @@ LARGE_BODY = 1 << 20
 
 class MemoryBudget:
     """Admits requests while the decoded pixels of those in flight fit the budget; the rest wait briefly, then get
-    a 503. A request that could never fit is a 413 that names the setting to raise."""
+    a 503. What each holds is known from its images' headers (`ParsedRequest.decoded_bytes`), and one that could
+    never fit was refused with a 413 when it was read."""
 
     def __init__(self, settings: EngineSettings):
         self._settings = settings
@@ -34,32 +32,9 @@ class MemoryBudget:
         self._used = 0
         self._room = threading.Condition()
 
-    def cost(self, images: Sequence[ImageInput]) -> int:
-        """What decoding `images` holds at its peak, read from their headers alone: their pixels, and a second copy
-        of the largest, which OpenCV decodes into a buffer of its own and then copies out. A 413 when they can
-        never be served."""
-        pixels = largest = 0
-        for image in images:
-            width, height, _ = image_header(image.encoded, image.where, self._settings, image.item)
-            pixels += width * height
-            largest = max(largest, width * height)
-        if pixels > self._settings.max_request_pixels:
-            raise TooLarge(
-                f"the request's images hold {pixels:,} pixels, more than this engine decodes for one request"
-                f" ({self._settings.max_request_pixels:,}, CHARIOT_MAX_REQUEST_PIXELS): send fewer or smaller images"
-            )
-        cost = (pixels + largest) * BYTES_PER_PIXEL
-        if cost > self._capacity:
-            raise TooLarge(
-                f"the request's images decode to {cost >> 20:,} MiB, more than this engine's decode budget"
-                f" ({self._settings.decode_budget_mb:,} MiB, CHARIOT_DECODE_BUDGET_MB): send fewer or smaller images"
-            )
-        return cost
-
     @contextmanager
-    def admit(self, images: Sequence[ImageInput], deadline: float) -> Iterator[None]:
-        """Hold room for the decoded `images` while the block runs; wait at most CHARIOT_ADMISSION_WAIT for it."""
-        cost = self.cost(images)
+    def admit(self, cost: int, deadline: float) -> Iterator[None]:
+        """Hold `cost` bytes of decoded pixels while the block runs; wait at most CHARIOT_ADMISSION_WAIT for room."""
         until = min(time.monotonic() + self._settings.admission_wait, deadline)
         with self._room:
             while self._used + cost > self._capacity:

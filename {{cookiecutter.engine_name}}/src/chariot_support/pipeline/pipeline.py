@@ -1,9 +1,9 @@
 """The one way into the model: every inference request, whatever its protocol and transport, is answered by
 `Pipeline.answer`. It gives the request its id, refuses it while the engine stops, finds the model by the name the
-client used, counts the request in MLServer's inference metrics, checks it against the model's task type and the
-engine's limits before it waits for anything, and calls the runtime's one entry (`ChariotRuntime.answer`), in this
-process or in the parallel worker the model lives in, which decodes, batches, predicts and checks the results within
-CHARIOT_PREDICT_TIMEOUT."""
+client used, counts the request in MLServer's inference metrics, checks the request whole (its envelope, settings and
+image files, against the limits) before it waits for anything, and calls the runtime's one entry
+(`ChariotRuntime.answer`), in this process or in the parallel worker the model lives in, which decodes the pixels,
+batches, predicts and checks the results within CHARIOT_PREDICT_TIMEOUT."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from chariot_support.logs.request_lines import id_header, note_request_id
 from chariot_support.memory.budgets import LARGE_BODY
 from chariot_support.model.tasks import TaskType
 from chariot_support.protocols.chariot_v2_kserve import HEADER_TEXT, parse_request
-from chariot_support.protocols.request import Answer, ParsedRequest, Request
+from chariot_support.protocols.request import Answer, ImageFile, ParsedRequest, Request
 from chariot_support.seams.mlserver import (
     call_runtime,
     response_headers,
@@ -104,8 +104,9 @@ class Pipeline:
             return await self.data_plane.model_registry.get_model(resolved, version)
 
     async def _parse(self, request: Request, task: TaskType) -> ParsedRequest:
-        """The request's inputs and parameters checked against the protocol and the engine's limits; its images
-        read from their base64 (off the event loop when large, so health answers meanwhile)."""
+        """The request's inputs and parameters checked against the protocol and the engine's limits, its images read
+        from their base64 and their files checked from their headers (off the event loop when large, so health
+        answers meanwhile)."""
         limits = self.data_plane.engine
         if _encoded_bytes(request) > LARGE_BODY:
             return await asyncio.to_thread(parse_request, request, task, limits)
@@ -165,7 +166,13 @@ class Pipeline:
 
 
 def _encoded_bytes(request: Request) -> int:
-    return sum(len(value) for tensor in request.inputs for value in tensor.data[:1] if isinstance(value, (str, bytes)))
+    """The bytes of the request's images as sent: base64 to decode, or files to check."""
+    return sum(
+        len(value.data if isinstance(value, ImageFile) else value)
+        for tensor in request.inputs
+        for value in tensor.data[:1]
+        if isinstance(value, (str, bytes, ImageFile))
+    )
 
 
 @dataclass(frozen=True)

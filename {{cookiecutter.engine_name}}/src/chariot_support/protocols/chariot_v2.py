@@ -5,7 +5,6 @@ answered `{"output": [<results>]}`."""
 
 from __future__ import annotations
 
-import base64
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -17,7 +16,7 @@ import orjson
 from chariot_support.errors import BadRequest
 from chariot_support.protocols.chariot_v2_kserve import decode_base64, refuse_reserved
 from chariot_support.protocols.images import IMAGE_MAGIC
-from chariot_support.protocols.request import Place, Request, Tensor
+from chariot_support.protocols.request import ImageFile, Place, Request, Tensor
 
 PARAMETERS_HEADER = "chariot-inference-parameters"
 JSON_TYPES = ("application/json", "text/json")
@@ -148,11 +147,10 @@ def parse(
         return ChariotV2Request(Form.JSON, Request(inputs=[_json_input(value, place, "input")]))
     if not body:
         raise BadRequest(_empty_message(Protocol.CHARIOT_V2))
-    image = base64.b64encode(body).decode("ascii")
     place = Place("the request body", "the image", f"the {PARAMETERS_HEADER} header", apart=True)
     settings = _header_parameters(parameters_header)
     return ChariotV2Request(
-        Form.FILE, Request(inputs=[Tensor("body", [image], parameters=settings or None, place=place)])
+        Form.FILE, Request(inputs=[Tensor("body", [ImageFile(body)], parameters=settings or None, place=place)])
     )
 
 
@@ -216,13 +214,13 @@ def _json_input(value: Any, place: Place, name: str) -> Tensor:
     image = value["input"]
     if not isinstance(image, str):
         raise BadRequest(f"{where}: 'input' must be a base64 string of the image file, got {type(image).__name__}")
-    decode_base64(image, f"{where}: 'input'")
+    file = ImageFile(decode_base64(image, f"{where}: 'input'"))
     parameters = value.get("parameters", {})
     if parameters is None:
         parameters = {}
     if not isinstance(parameters, dict):
         raise BadRequest(f"{where}: 'parameters' must be a JSON object, got {type(parameters).__name__}")
-    return Tensor(name, [image], parameters=refuse_reserved(parameters, f"{where}: 'parameters'") or None, place=place)
+    return Tensor(name, [file], parameters=refuse_reserved(parameters, f"{where}: 'parameters'") or None, place=place)
 
 
 def _header_parameters(value: str | None) -> dict:

@@ -1,5 +1,6 @@
-"""Reading a chariot-v2-kserve request: its inputs, parameters and metadata, checked against the protocol,
-with every rejection naming the input and what was expected."""
+"""Reading a chariot-v2-kserve request: its inputs, parameters, metadata and image files, checked once against the
+protocol and the engine's limits (`parse_request`, which every protocol's request passes through), with every
+rejection naming the input and what was expected."""
 
 from __future__ import annotations
 
@@ -14,11 +15,18 @@ from typing import Any
 
 import numpy as np
 
-from chariot_support.errors import BadRequest
+from chariot_support.errors import BadRequest, TooLarge
 from chariot_support.model.tasks import TaskType
-from chariot_support.protocols.images import IMAGE_MAGIC
-from chariot_support.protocols.request import ImageInput, ParsedRequest, Place, Request, Tensor
-from chariot_support.protocols.tensors import NUMERIC_DTYPES, check_shape, datatype_of, decode_tensor, flat_data
+from chariot_support.protocols.images import IMAGE_MAGIC, check_image, decoded_bytes
+from chariot_support.protocols.request import ImageFile, ImageInput, ParsedRequest, Place, Request, Tensor
+from chariot_support.protocols.tensors import (
+    NUMERIC_DTYPES,
+    check_shape,
+    datatype_of,
+    decode_tensor,
+    flat_data,
+    too_many_elements,
+)
 from chariot_support.settings import DEFAULTS, EngineSettings
 
 HEADER_TEXT = re.compile(r"[\t\x20-\x7e\x80-\xff]*")
@@ -83,7 +91,8 @@ def parameters_of(parameters: Any) -> dict[str, Any]:
 
 def parse_request(request: Any, task: TaskType, limits: EngineSettings = DEFAULTS) -> ParsedRequest:
     """Check the envelope and every input of a V2 request (a `Request`, or the server's object with the same
-    fields); raise BadRequest naming the first problem."""
+    fields), each image's base64 read once and its file checked from its header (no pixel decoded); raise BadRequest
+    naming the first problem, TooLarge (413) for what these settings can never serve."""
     if not request.inputs:
         raise BadRequest("the request has no inputs: send at least one image as a BYTES input")
     if len(request.inputs) > limits.max_inputs:
@@ -105,18 +114,36 @@ def parse_request(request: Any, task: TaskType, limits: EngineSettings = DEFAULT
         own = parameters_of(tensor.parameters)
         content_type = own.get("content_type")
         if datatype_of(tensor) == "BYTES" and content_type in IMAGE_CONTENT_TYPES:
-            images.append(_image_input(tensor, place or Place(where), own, shared, task))
+            images.append(_image_input(tensor, place or Place(where), own, shared, task, limits))
         else:
             tensors[tensor.name] = decode_tensor(tensor, where)
             elements += tensors[tensor.name].size
             if elements > limits.max_elements:
-                raise BadRequest(
-                    f"{where}: the request's tensors hold more than {limits.max_elements:,} elements"
-                    " (CHARIOT_MAX_ELEMENTS); send fewer values per request"
+                raise too_many_elements(
+                    where if len(tensors) == 1 else f"{where}, with the inputs before it,", limits.max_elements
                 )
     if not images:
         raise BadRequest("the request has no image input: send each image as a BYTES input holding base64 of the file")
-    return ParsedRequest(images=tuple(images), tensors=tensors, metadata=metadata)
+    return ParsedRequest(
+        images=tuple(images), tensors=tensors, metadata=metadata, decoded_bytes=_decoded_bytes(images, limits)
+    )
+
+
+def _decoded_bytes(images: list[ImageInput], limits: EngineSettings) -> int:
+    """What decoding the request's images holds at its peak; a 413 when these settings can never decode them."""
+    sizes = [image.width * image.height for image in images]
+    if sum(sizes) > limits.max_request_pixels:
+        raise TooLarge(
+            f"the request's images hold {sum(sizes):,} pixels, more than this engine decodes for one request"
+            f" ({limits.max_request_pixels:,}, CHARIOT_MAX_REQUEST_PIXELS): send fewer or smaller images"
+        )
+    cost = decoded_bytes(sizes)
+    if cost > limits.decode_budget_mb << 20:
+        raise TooLarge(
+            f"the request's images decode to {cost >> 20:,} MiB, more than this engine's decode budget"
+            f" ({limits.decode_budget_mb:,} MiB, CHARIOT_DECODE_BUDGET_MB): send fewer or smaller images"
+        )
+    return cost
 
 
 # Parameters MLServer's codecs give a meaning of their own: never an image's setting.
@@ -158,13 +185,15 @@ def _setting(name: str, own: Mapping[str, Any], shared: Mapping[str, Any], place
 
 
 def _image_input(
-    tensor: Any, place: Place, own: Mapping[str, Any], shared: Mapping[str, Any], task: TaskType
+    tensor: Any, place: Place, own: Mapping[str, Any], shared: Mapping[str, Any], task: TaskType, limits: EngineSettings
 ) -> ImageInput:
     where, item = place.input, f"{place.input}: {place.data}"
     values = flat_data(tensor)
     check_shape(tensor.shape, len(values), where)
     if len(values) != 1:
         raise BadRequest(f"{where} holds {len(values)} images; send each image as its own input with shape [1]")
+    encoded = _image_bytes(values[0], item)
+    width, height, kind = check_image(encoded, where, limits, item)
     action, named = _setting("action", own, shared, place)
     if action is None:
         action = task.actions[0]
@@ -179,7 +208,10 @@ def _image_input(
     merged = {k: v for k, v in {**shared, **own}.items() if k != "metadata"}
     return ImageInput(
         name=tensor.name,
-        encoded=_image_bytes(values[0], item),
+        encoded=encoded,
+        width=width,
+        height=height,
+        kind=kind,
         action=action,
         score_threshold=_read_threshold(threshold, threshold_named("'score_threshold'")),
         prompts=prompts,
@@ -261,6 +293,10 @@ def decode_base64(text: str, where: str) -> bytes:
 
 
 def _image_bytes(value: Any, item: str) -> bytes:
+    """The image file an input's element holds: a file its protocol already read, the bytes of a file (gRPC and
+    binary data carry files as they are), or base64 (as text or bytes), decoded here, once."""
+    if isinstance(value, ImageFile):
+        return value.data
     if isinstance(value, (bytes, bytearray)):
         if bytes(value[:4]).startswith(IMAGE_MAGIC):
             return bytes(value)

@@ -1,5 +1,6 @@
 """Image files as requests carry them: each format told by its first bytes, its size read from its header alone and
-checked against the limits before any pixel is decoded, a file cut short refused, and the pixels decoded to RGB."""
+checked against the limits, a file cut short refused (`check_image`, microseconds, while the request is read), and
+the pixels decoded to RGB (`decode_pixels`, in the runtime)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,11 @@ from chariot_support.settings import DEFAULTS, EngineSettings
 
 # The start of each image format the decoder reads, to tell raw image bytes from base64 ones.
 IMAGE_MAGIC = (b"\xff\xd8\xff", b"\x89PNG", b"GIF8", b"BM", b"II*\x00", b"MM\x00*", b"RIFF")
+
+# What OpenCV decodes, by the name Pillow gives each format it reads from the header: a file Pillow knows that OpenCV
+# cannot decode (an icon, a Targa) is refused with the rest, before the request waits for a thread.
+DECODED_FORMATS = frozenset(("JPEG", "MPO", "PNG", "BMP", "TIFF", "WEBP", "GIF", "PPM", "JPEG2000", "AVIF"))
+BYTES_PER_PIXEL = 3  # decoded images are RGB uint8
 
 _PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 # JPEG start-of-frame markers, which carry the image's height and width (C4, C8 and CC are other segments).
@@ -71,10 +77,16 @@ def image_header(
             f"{min(cap, limits.max_image_pixels)}"
         ) from None
     except (PIL.UnidentifiedImageError, OSError, ValueError):
-        raise BadRequest(
-            f"{item or where + ': data[0]'} is not an image this engine can read (JPEG, PNG, BMP, TIFF, WebP, GIF)"
-        ) from None
+        raise _not_an_image(where, item) from None
+    if kind not in DECODED_FORMATS:
+        raise _not_an_image(where, item)
     return _checked(width, height, kind, where, limits)
+
+
+def _not_an_image(where: str, item: str) -> BadRequest:
+    return BadRequest(
+        f"{item or where + ': data[0]'} is not an image this engine can read (JPEG, PNG, BMP, TIFF, WebP, GIF)"
+    )
 
 
 def _checked(
@@ -89,11 +101,32 @@ def _checked(
     return width, height, kind
 
 
-def decode_image(encoded: bytes, where: str, limits: EngineSettings = DEFAULTS, item: str = "") -> np.ndarray:
-    """Decode an image file to RGB uint8 pixels (H, W, 3), honouring EXIF orientation."""
-    _, _, kind = image_header(encoded, where, limits, item)
+def check_image(
+    encoded: bytes, where: str, limits: EngineSettings = DEFAULTS, item: str = ""
+) -> tuple[int, int, str | None]:
+    """Width, height and format of an image file, checked without decoding a pixel: a format OpenCV decodes, within
+    the limits, and whole (a JPEG's end marker, a PNG's IEND chunk). Microseconds: requests are checked so while they
+    are read, before they wait for anything."""
+    width, height, kind = image_header(encoded, where, limits, item)
     if not _complete(encoded, kind):
         raise BadRequest(f"{where}: the {kind} file is cut short (it has no end marker); send the whole file")
+    return width, height, kind
+
+
+def decoded_bytes(sizes: list[int]) -> int:
+    """What decoding images of `sizes` pixels holds at its peak: their pixels, and a second copy of the largest,
+    which OpenCV decodes into a buffer of its own and then copies out."""
+    return (sum(sizes) + max(sizes, default=0)) * BYTES_PER_PIXEL
+
+
+def decode_image(encoded: bytes, where: str, limits: EngineSettings = DEFAULTS, item: str = "") -> np.ndarray:
+    """Check an image file and decode it to RGB uint8 pixels (H, W, 3), honouring EXIF orientation."""
+    _, _, kind = check_image(encoded, where, limits, item)
+    return decode_pixels(encoded, kind, where, item)
+
+
+def decode_pixels(encoded: bytes, kind: str | None, where: str, item: str = "") -> np.ndarray:
+    """The RGB uint8 pixels (H, W, 3) of a file `check_image` passed as of format `kind`."""
     buffer = np.frombuffer(encoded, np.uint8)
     pixels = cv2.imdecode(buffer, cv2.IMREAD_COLOR_RGB)
     if pixels is None and kind == "TIFF":

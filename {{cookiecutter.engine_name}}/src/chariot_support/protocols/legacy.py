@@ -15,7 +15,7 @@ import orjson
 from chariot_support.errors import BadRequest, NotImplementedByModel
 from chariot_support.model.tasks import TaskType
 from chariot_support.protocols.chariot_v2_kserve import decode_base64, refuse_reserved
-from chariot_support.protocols.request import Answer, Tensor
+from chariot_support.protocols.request import Answer, ImageFile, Tensor
 from chariot_support.protocols.request import Request as V2Request
 
 _TARGET = r"(?P<name>[^/:]+)(?:/versions/(?P<version>[^/:]+)|/labels/(?P<label>[^/:]+))?"
@@ -165,18 +165,16 @@ def _columns(columns: Mapping[str, Any]) -> tuple[list[Row], dict]:
     return rows, refuse_reserved({k: v for k, v in columns.items() if k != name}, "inputs")
 
 
-def _image_value(value: Any, where: str) -> str | bytes | None:
-    """The image in `value` as V2 carries it (base64 text, or the bytes of an image file); None if none."""
+def _image_value(value: Any, where: str) -> ImageFile | None:
+    """The image file in `value` (its base64 read here, once); None if none."""
     if isinstance(value, dict) and "b64" in value:
         if len(value) != 1 or not isinstance(value["b64"], str):
             raise BadRequest(f'{where} must be {{"b64": "<base64 of the image file>"}} and nothing else')
-        decode_base64(value["b64"], f"{where}.b64")
-        return value["b64"]
+        return ImageFile(decode_base64(value["b64"], f"{where}.b64"))
     if isinstance(value, str):
-        decode_base64(value, where)
-        return value
+        return ImageFile(decode_base64(value, where))
     if isinstance(value, list):
-        return _pixels_file(value, where)
+        return ImageFile(_pixels_file(value, where))
     return None
 
 

@@ -28,11 +28,23 @@ class Place:
 
 
 @dataclass(frozen=True)
+class ImageFile:
+    """An image file as its protocol read it (chariot-v2's body, KServe V1's `b64` once decoded, pixel lists
+    written as a PNG): the file itself, never base64 to decode again."""
+
+    data: bytes
+
+
+@dataclass(frozen=True)
 class ImageInput:
-    """One image input as sent, before its pixels are decoded."""
+    """One image input as sent and checked (a file of a format the engine decodes, whole, within the limits; its
+    size and format read from its header), before its pixels are decoded."""
 
     name: str
     encoded: bytes
+    width: int
+    height: int
+    kind: str | None  # the file's format, as protocols/images.py names it
     action: str
     score_threshold: float | None
     prompts: tuple[str, ...]
@@ -50,12 +62,13 @@ class ImageInput:
 
 @dataclass(frozen=True)
 class ParsedRequest:
-    """A request checked against its protocol, the model's task type and the engine's limits: what the runtime
-    answers (its images still encoded)."""
+    """A request checked whole (protocols/chariot_v2_kserve.parse_request): what the runtime answers without checking
+    any of it again."""
 
     images: tuple[ImageInput, ...]
     tensors: Mapping[str, np.ndarray]
     metadata: str | None
+    decoded_bytes: int = 0  # what decoding its images holds at its peak (protocols/images.decoded_bytes)
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from chariot_support.errors import BadRequest
+from chariot_support.errors import BadRequest, TooLarge
 
 NUMERIC_DTYPES = {
     "BOOL": np.bool_,
@@ -24,6 +24,14 @@ NUMERIC_DTYPES = {
     "FP64": np.float64,
 }
 # What an HTTP header value may hold (Latin-1 text without line breaks): ids are echoed in response headers.
+
+
+def too_many_elements(where: str, most: int) -> TooLarge:
+    """The one answer to a request past CHARIOT_MAX_ELEMENTS, whatever its protocol: a 413 naming the input."""
+    return TooLarge(
+        f"{where} holds more than {most:,} elements, more than this engine reads in one request"
+        " (CHARIOT_MAX_ELEMENTS): send each image as one element holding the whole file"
+    )
 
 
 def datatype_of(tensor: Any) -> str:

@@ -17,10 +17,10 @@ from typing import Any
 import numpy as np
 import orjson
 
-from chariot_support.errors import BadRequest, TooLarge
+from chariot_support.errors import BadRequest
 from chariot_support.protocols import v2_rest as v2
 from chariot_support.protocols.request import Answer, Request
-from chariot_support.protocols.tensors import NUMERIC_DTYPES, check_shape
+from chariot_support.protocols.tensors import NUMERIC_DTYPES, check_shape, too_many_elements
 
 EXTENSION = "binary_tensor_data"  # its name in the server metadata's extensions
 HEADER = "inference-header-content-length"
@@ -183,7 +183,7 @@ def _check(tensor: dict, where: str, body: bytes, start: int, size: int, max_ele
         )
     count = size // dtype.itemsize
     if count > max_elements:
-        raise _too_many(where, max_elements)
+        raise too_many_elements(where, max_elements)
     if shape and all(d > 0 for d in shape) and math.prod(shape) != count:
         wanted = math.prod(shape)
         raise BadRequest(
@@ -203,7 +203,7 @@ def _count_elements(body: bytes, start: int, size: int, where: str, max_elements
     at, end, count = start, start + size, 0
     while at < end:
         if count == max_elements:
-            raise _too_many(where, max_elements)
+            raise too_many_elements(where, max_elements)
         if end - at < 4:
             raise BadRequest(
                 f"{where}: element {count} starts {end - at} bytes before the end of its binary_data_size ({size:,});"
@@ -233,13 +233,6 @@ def _values(datatype: str, body: bytes, start: int, end: int) -> list[bytes] | n
     dtype = _DTYPES[datatype]
     values = np.frombuffer(body, dtype, count=(end - start) // dtype.itemsize, offset=start)
     return values.astype(dtype.newbyteorder("="))  # a copy of its own, writable, in the machine's byte order
-
-
-def _too_many(where: str, most: int) -> TooLarge:
-    return TooLarge(
-        f"{where} holds more than {most:,} elements, more than this engine reads in one request"
-        " (CHARIOT_MAX_ELEMENTS): send each image as one element holding the whole file"
-    )
 
 
 def _shown(value: Any) -> str:

@@ -13,10 +13,11 @@ from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.unknown_fields import UnknownFieldSet
 from mlserver.grpc import dataplane_pb2 as pb
 
-from chariot_support.errors import BadRequest, TooLarge
+from chariot_support.errors import BadRequest
 from chariot_support.protocols import v2_rest as v2
 from chariot_support.protocols.chariot_v2_kserve import plain_parameters
 from chariot_support.protocols.request import Answer, Request, Tensor
+from chariot_support.protocols.tensors import too_many_elements
 from chariot_support.seams.mlserver import ModelInferRequestConverter
 
 
@@ -27,7 +28,7 @@ def parse(request: pb.ModelInferRequest, most: int) -> Request:
         _wider_parameters(tensor.parameters)
         # Counted before any is read: ten million one-byte elements become ten million Python objects.
         if sum(len(values) for _, values in tensor.contents.ListFields()) > most:
-            raise _too_many(tensor.name, most)
+            raise too_many_elements(f"input {tensor.name!r}", most)
     return plain_grpc_request(request, most) or _converted(request)
 
 
@@ -82,13 +83,6 @@ def _varint(raw: bytes, at: int) -> tuple[int | None, int | None]:
     return None, None
 
 
-def _too_many(name: str, most: int) -> TooLarge:
-    return TooLarge(
-        f"input {name!r} holds more than {most:,} elements, more than this engine reads in one request"
-        " (CHARIOT_MAX_ELEMENTS): send each image as one element holding the whole file"
-    )
-
-
 def _wider_parameters(parameters) -> None:
     """MLServer's gRPC schema knows bool, int64 and string parameters; clients built on the full Open Inference
     Protocol (tritonclient) also send double and uint64 ones, which arrive as unknown fields and would be lost.
@@ -121,7 +115,7 @@ def _unpack_bytes(raw: bytes, name: str, most: int) -> list[bytes] | None:
     items, at = [], 0
     while at < len(raw):
         if len(items) == most:
-            raise _too_many(name, most)
+            raise too_many_elements(f"input {name!r}", most)
         size = int.from_bytes(raw[at : at + 4], "little")
         if at + 4 + size > len(raw):
             return None

@@ -35,7 +35,7 @@ from chariot_support.model.base import ChariotModel
 from chariot_support.model.clipping import inside_image
 from chariot_support.model.image import Image
 from chariot_support.model.tasks import TaskType, select, to_json, validate_results
-from chariot_support.protocols.images import decode_image
+from chariot_support.protocols.images import decode_pixels
 from chariot_support.protocols.request import Answered, ImageInput, ParsedRequest
 from chariot_support.runtime.batching import Batcher
 from chariot_support.runtime.copies import ModelCopies, threads_per_call
@@ -105,7 +105,6 @@ class ChariotRuntime(MLModel):
         model_class = import_model_class(extra["model_class"])
         settings = EngineSettings.from_json(extra["engine_settings"])
         self._task = model_class.task_type
-        self._limits = settings
         plan = ServingPlan.of(model_class, settings)
         self._inline = plan.inline
         model_dir = settings.model_dir
@@ -169,8 +168,8 @@ class ChariotRuntime(MLModel):
 
     async def answer(self, request: ParsedRequest, request_id: str, explain: bool = False) -> Answered:
         """The runtime's one entry, for every protocol (pipeline.Pipeline.answer calls it, across parallel workers
-        too), with a request already checked: decode its images, predict, check and select the results,
-        within CHARIOT_PREDICT_TIMEOUT."""
+        too), with a request checked whole as it was read (protocols/chariot_v2_kserve.parse_request): decode its
+        images' pixels, predict, check and select the results, within CHARIOT_PREDICT_TIMEOUT."""
         note_request_id(request_id)  # a request that fails here is still logged under its id
         return await self._within_timeout(request_id, self._answer, request, request_id, explain)
 
@@ -272,10 +271,10 @@ class ChariotRuntime(MLModel):
         # A request whose client already had its 504 decodes nothing more.
         if time.monotonic() > call.deadline:
             raise PredictTimeout(f"the request ran out of CHARIOT_PREDICT_TIMEOUT ({self._timeout:g} s) while decoding")
-        return decode_image(image.encoded, image.where, self._limits, image.item)
+        return decode_pixels(image.encoded, image.kind, image.where, image.item)  # checked as it was read
 
     def _answer(self, parsed: ParsedRequest, request_id: str, explain: bool, call: Call) -> Answered:
-        with self._budget.admit(parsed.images, call.deadline):
+        with self._budget.admit(parsed.decoded_bytes, call.deadline):
             images, chosen = self._results(parsed, call)
             explanations = self._explain(images, parsed, chosen, request_id, call) if explain else None
         return Answered(

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import functools
 import logging
+import sys
 import weakref
 from asyncio import TimerHandle
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
+import httptools
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from chariot_support.error_bodies import raw_error, send_error
@@ -92,6 +94,7 @@ class IdleLimitedProtocol(HttpToolsProtocol):
       phones on poor links included: 1 KiB/s over 10 s is four times Kestrel's floor and far below any phone's
       upload, yet a client must spend 1 KiB/s to hold a slot.
     - A client that leaves its answer unread (the transport's buffer stays full) for CHARIOT_BODY_TIMEOUT is cut.
+    - Bytes that are not HTTP are answered with the engine's JSON `{"error"}`, as every other refusal.
     - Past CHARIOT_MAX_CONNECTIONS requests in flight, a request other than a health check gets a 503 (uvicorn's
       limit_concurrency would say so in plain text, without Retry-After, to health checks too).
     - With CHARIOT_MAX_CONNECTIONS open, a new connection closes the one that has waited longest without a sign
@@ -187,6 +190,18 @@ class IdleLimitedProtocol(HttpToolsProtocol):
     def on_response_complete(self) -> None:
         self._touch()
         super().on_response_complete()
+
+    def send_400_response(self, msg: str) -> None:
+        """uvicorn's answer to bytes httptools cannot read as HTTP (a garbage request line, a malformed header or
+        chunk size), called while it handles the parser's error: the engine's `{"error"}` JSON naming that error,
+        and the connection closed, instead of uvicorn's plain text."""
+        error = sys.exc_info()[1]
+        reason = f" ({error})" if isinstance(error, httptools.HttpParserError) and str(error) else ""
+        self._shut(
+            400,
+            "malformed_request",
+            f"the request is not valid HTTP/1.1{reason}: send a request line, headers and body as HTTP/1.1 frames them",
+        )
 
     def pause_writing(self) -> None:
         """The transport holds more of the answer than it may: the client has read none of it for a while. One

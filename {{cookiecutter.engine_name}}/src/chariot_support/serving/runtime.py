@@ -7,6 +7,7 @@ import gc
 import importlib
 import json
 import logging
+import multiprocessing
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -32,12 +33,15 @@ from chariot_support.model.image import Image
 from chariot_support.model.tasks import TaskType, select, to_json, validate_results
 from chariot_support.protocols.images import decode_image
 from chariot_support.protocols.request import Answered, ImageInput, ParsedRequest
+from chariot_support.serving import model_logs
 from chariot_support.serving.admission import MemoryBudget, StuckThreads
 from chariot_support.serving.batching import Batcher
 from chariot_support.serving.copies import ModelCopies, threads_per_call
-from chariot_support.serving.logs import note_request_id
+from chariot_support.serving.logs import HANDLER_NAME, note_request_id
+from chariot_support.serving.model_logs import capture_output
 from chariot_support.serving.plan import ServingPlan
 from chariot_support.serving.threads import Call, Overran, Threads, expire, settle
+from chariot_support.serving.warmup import warm_up
 from chariot_support.settings import EngineSettings
 
 logger = logging.getLogger("chariot_support")
@@ -98,6 +102,8 @@ class ChariotRuntime(MLModel):
     _inline = False  # decode and predict on the event loop (CHARIOT_PREDICT_INLINE)
 
     async def load(self) -> bool:
+        if multiprocessing.parent_process() is not None:  # a parallel worker: its print and stderr lines as JSON lines
+            capture_output(HANDLER_NAME)  # (the main process has them since serving/server.py started)
         extra = self.settings.parameters.extra if self.settings.parameters else {}
         model_class = import_model_class(extra["model_class"])
         settings = EngineSettings.from_json(extra["engine_settings"])
@@ -126,6 +132,23 @@ class ChariotRuntime(MLModel):
                 logger.error("%s", message, exc_info=exc)  # the model's own error, first and whole
                 raise ModelLoadFailed(message) from None
             instances.append(instance)
+        try:
+            warmed = await asyncio.to_thread(warm_up, instances, self._task, settings)
+        except ModelLoadFailed as failure:
+            logger.error("%s", failure, exc_info=failure.__cause__)
+            raise
+        if warmed is not None:
+            logger.info(
+                "warmed up %s: %d predict calls (batch sizes %s) on %d cop%s in %.2f s, with %s",
+                model_class.__name__,
+                warmed["calls"],
+                ", ".join(map(str, warmed["batch_sizes"])),
+                warmed["copies"],
+                "y" if warmed["copies"] == 1 else "ies",
+                warmed["seconds"],
+                warmed["source"],
+                extra={"fields": {"warmup": warmed}},
+            )
         self._copies = ModelCopies(instances, shared=model_class.thread_safe)
         if plan.batching is not None:
             self._batcher = Batcher(
@@ -316,7 +339,8 @@ class ChariotRuntime(MLModel):
             return f"request{'s' if len(calls) > 1 else ''} {', '.join(str(c.request_id) for c in calls)}"
 
         try:
-            results = self._call_model(calls[0], "predict", images, tensors)
+            with model_logs.serving([c.request_id for c in calls]):
+                results = self._call_model(calls[0], "predict", images, tensors)
         except ChariotError:
             raise
         except Exception as exc:
@@ -333,7 +357,8 @@ class ChariotRuntime(MLModel):
         self, images: list[Image], request: ParsedRequest, chosen: list[list[Any]], request_id: str, call: Call
     ) -> list[dict]:
         try:
-            explanations = self._call_model(call, "explain", images, request.tensors, chosen)
+            with model_logs.serving([request_id]):
+                explanations = self._call_model(call, "explain", images, request.tensors, chosen)
         except ChariotError:
             raise
         except Exception as exc:

@@ -6,12 +6,13 @@ import os
 import subprocess
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 import cv2
 import numpy as np
 import pytest
 
-from chariot_support.dev.testing import Scene, draw_scene
+from chariot_support.dev.testing import Scene, draw_scene, run_engine
 from chariot_support.model.tasks import TaskType
 from template_paths import ENGINE_TEMPLATE, SUPPORT_SRC
 
@@ -109,3 +110,13 @@ def released_metrics(monkeypatch):
     yield
     for collector in registered:
         REGISTRY.unregister(collector)
+
+
+@pytest.fixture(scope="session")
+def warming_engine():
+    """The engine of tests/support/warming_engine (its model's first predict is slow; predict logs, prints and writes
+    to stderr, and answers with its process and GPUs) with two parallel workers, two fake GPUs, batches of up to two
+    and warm-up on, as it starts: shared by the warm-up, model log and device tests."""
+    env = {"MLSERVER_PARALLEL_WORKERS": "2", "CUDA_VISIBLE_DEVICES": "0,1", "CHARIOT_MAX_BATCH_SIZE": "2"}
+    with run_engine("warming_engine", src=Path(__file__).parent, env=env) as running:
+        yield running

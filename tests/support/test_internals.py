@@ -191,6 +191,39 @@ def test_replace_worker_fails_a_stopped_workers_requests_and_starts_one_with_the
     asyncio.run(check())
 
 
+def test_every_worker_mlserver_starts_goes_through_the_engines_start(no_worker_processes):
+    """serving/devices.py gives each parallel worker its GPUs in the environment MLServer starts it with."""
+    from mlserver.parallel.pool import InferencePool
+
+    started = []
+
+    def start(spawn):
+        worker = spawn()
+        started.append(worker.pid)
+        return worker
+
+    async def check():
+        pool = InferencePool(Settings(parallel_workers=2))
+        try:
+            holds(
+                started == list(internals.workers_of(pool)),
+                "InferencePool no longer starts its workers through mlserver.parallel.pool._spawn_worker",
+            )
+            await internals.replace_worker(pool, started[0], 9)
+            holds(
+                len(started) == 3 and started[2] in internals.workers_of(pool),
+                "InferencePool.on_worker_stop no longer starts the replacement through _spawn_worker",
+            )
+        finally:
+            await pool.close()
+
+    internals.start_workers_with(start)
+    try:
+        asyncio.run(check())
+    finally:
+        internals.start_workers_with(None)
+
+
 class CanaryPolicy:
     """A WorkerPolicy that records what the guarded dispatcher asks of it, and bounds a predict's wait by 0.2 s."""
 
@@ -893,6 +926,8 @@ CANARIES = {
     "SIGCHLD": _POOLS,
     "_workers": (*_POOLS, *_REPLACE, *_GUARD),
     "on_worker_stop": _REPLACE,
+    "_spawn_worker": (test_every_worker_mlserver_starts_goes_through_the_engines_start,),
+    "mlserver.parallel.pool": (test_every_worker_mlserver_starts_goes_through_the_engines_start,),
     "_dispatcher": _GUARD,
     "_workers_round_robin": _GUARD,
     "_reset_round_robin": _GUARD,

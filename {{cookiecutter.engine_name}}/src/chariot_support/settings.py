@@ -52,6 +52,12 @@ class EngineSettings:
     # (health included) is answered while one runs.
     predict_inline: bool = _setting("CHARIOT_PREDICT_INLINE", False)
     log_level: str = _setting("CHARIOT_LOG_LEVEL", "INFO", choices=LOG_LEVELS)
+    # Warm-up: before the engine says ready, each copy of the model (in each parallel worker) predicts on warm-up
+    # pictures once per batch size batching uses, so that the first request does not pay for the model's first call.
+    # The pictures are those in CHARIOT_WARMUP_IMAGES (a folder) when set, else what the model's `warmup` gives, else
+    # the engine's samples/ when it runs beside them, else synthetic pictures.
+    warmup: bool = _setting("CHARIOT_WARMUP", True)
+    warmup_images: str = _setting("CHARIOT_WARMUP_IMAGES", "")
     inference_protocol: str = _setting("CHARIOT_INFERENCE_PROTOCOL", "auto", choices=PROTOCOLS)
     # Requests
     max_request_mb: int = _setting("CHARIOT_MAX_REQUEST_MB", 64)  # eight 12-megapixel JPEGs in base64, with room

@@ -16,6 +16,7 @@ from typing import Any
 
 from chariot_support.after_answer import afterwards
 from chariot_support.seams.mlserver import current_model_name
+from chariot_support.logs.model_output import request_fields
 
 HANDLER_NAME = "chariot_json_lines"
 requests_logger = logging.getLogger("chariot_support.requests")
@@ -36,9 +37,11 @@ class JSONLines(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         traceback = self.formatException(record.exc_info) if record.exc_info else None
-        return json_line(
-            record.created, record.levelname, record.name, record.getMessage(), getattr(record, "fields", {}), traceback
-        )
+        fields = getattr(record, "fields", {})
+        ids = request_fields()  # written inside a predict: the request's id, whichever logger wrote it
+        if ids:
+            fields = {**ids, **fields}
+        return json_line(record.created, record.levelname, record.name, record.getMessage(), fields, traceback)
 
 
 def json_line(
@@ -73,7 +76,9 @@ class EngineChoices(logging.Filter):
 
 def logging_config(level: str, *, mlserver_debug: bool = False) -> dict[str, Any]:
     """The engine's logging, for `logging.config.dictConfig`: its own records, MLServer's and uvicorn's, one JSON
-    object per line on stdout at CHARIOT_LOG_LEVEL (MLServer's at DEBUG when MLSERVER_DEBUG asks for it).
+    object per line on stdout at CHARIOT_LOG_LEVEL (MLServer's at DEBUG when MLSERVER_DEBUG asks for it). Every other
+    logger (the model's, its libraries', and the model's print and stderr lines: see logs/model_output.py) reaches
+    the same lines through the root logger, at CHARIOT_LOG_LEVEL.
 
     The engine hands it to MLServer as `logging_settings`, which MLServer applies in each parallel worker and
     passes to uvicorn as its log configuration: every process of the engine writes the same lines."""
@@ -85,12 +90,12 @@ def logging_config(level: str, *, mlserver_debug: bool = False) -> dict[str, Any
         "filters": {"engine_choices": {"()": f"{__name__}.EngineChoices"}},
         "handlers": {
             HANDLER_NAME: {
-                "class": "logging.StreamHandler",
-                "stream": "ext://sys.stdout",
+                "()": "chariot_support.logs.model_output.stdout_handler",  # the real stdout, never the model's
                 "formatter": "json_lines",
                 "filters": ["engine_choices"],
             }
         },
+        "root": {"handlers": [HANDLER_NAME], "level": level},
         "loggers": {
             "chariot_support": own,
             "mlserver": {**own, "level": "DEBUG" if mlserver_debug else level},

@@ -28,6 +28,8 @@ class ChariotModel:
     - `copies = 1`: for a model that is not thread-safe, independent copies to load, each running one predict at a
       time (CHARIOT_MODEL_COPIES overrides it; "threads" means one per worker thread).
     - `explain`: answers the V1 `:explain` route; without it that route answers 501.
+    - `warmup()`: the pictures the engine warms the model with before it says ready; None (the default) leaves the
+      choice to the engine (CHARIOT_WARMUP_IMAGES, else the engine's samples/, else a synthetic picture).
     Set by the engine before `load`: `threads`, the threads one predict may use.
     """
 
@@ -44,6 +46,14 @@ class ChariotModel:
 
     def load(self, model_dir: Path) -> None:
         """Load weights and settings from `model_dir` (Chariot unpacks the model's files there)."""
+
+    def warmup(self) -> Sequence[np.ndarray | Image] | None:
+        """Optional: pictures (RGB uint8 arrays, H x W x 3, or Images) like those the model will serve, for the
+        engine's warm-up: before it says ready, the engine calls predict on them (once per batch size batching uses,
+        on each copy), so that the first request does not pay for the model's first call. Called after `load`.
+        Return None to let the engine choose (CHARIOT_WARMUP_IMAGES, else the engine's samples/ folder, else a
+        synthetic 640 x 480 picture). CHARIOT_WARMUP_IMAGES, when set, wins over this."""
+        return None
 
     def predict(self, images: Sequence[Image], tensors: Mapping[str, np.ndarray]) -> list[list]:
         """Return one list of results per image, in order.

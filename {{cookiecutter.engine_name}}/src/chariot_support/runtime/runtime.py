@@ -10,6 +10,7 @@ import gc
 import importlib
 import json
 import logging
+import multiprocessing
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -29,7 +30,9 @@ from chariot_support.errors import (
     PredictFailed,
     PredictTimeout,
 )
-from chariot_support.logs.request_lines import note_request_id
+from chariot_support.logs import model_output
+from chariot_support.logs.model_output import capture_output
+from chariot_support.logs.request_lines import HANDLER_NAME, note_request_id
 from chariot_support.memory.budgets import MemoryBudget
 from chariot_support.model.base import ChariotModel
 from chariot_support.model.clipping import inside_image
@@ -41,6 +44,7 @@ from chariot_support.runtime.batching import Batcher
 from chariot_support.runtime.copies import ModelCopies, threads_per_call
 from chariot_support.runtime.plan import ServingPlan
 from chariot_support.runtime.threads import Call, Overran, StuckThreads, Threads, expire, settle
+from chariot_support.runtime.warmup import warm_up
 from chariot_support.settings import EngineSettings
 
 logger = logging.getLogger("chariot_support")
@@ -101,6 +105,8 @@ class ChariotRuntime(MLModel):
     _inline = False  # decode and predict on the event loop (CHARIOT_PREDICT_INLINE)
 
     async def load(self) -> bool:
+        if multiprocessing.parent_process() is not None:  # a parallel worker: its print and stderr lines as JSON lines
+            capture_output(HANDLER_NAME)  # (the main process has them since server/server.py started)
         extra = self.settings.parameters.extra if self.settings.parameters else {}
         model_class = import_model_class(extra["model_class"])
         settings = EngineSettings.from_json(extra["engine_settings"])
@@ -128,6 +134,23 @@ class ChariotRuntime(MLModel):
                 logger.error("%s", message, exc_info=exc)  # the model's own error, first and whole
                 raise ModelLoadFailed(message) from None
             instances.append(instance)
+        try:
+            warmed = await asyncio.to_thread(warm_up, instances, self._task, settings)
+        except ModelLoadFailed as failure:
+            logger.error("%s", failure, exc_info=failure.__cause__)
+            raise
+        if warmed is not None:
+            logger.info(
+                "warmed up %s: %d predict calls (batch sizes %s) on %d cop%s in %.2f s, with %s",
+                model_class.__name__,
+                warmed["calls"],
+                ", ".join(map(str, warmed["batch_sizes"])),
+                warmed["copies"],
+                "y" if warmed["copies"] == 1 else "ies",
+                warmed["seconds"],
+                warmed["source"],
+                extra={"fields": {"warmup": warmed}},
+            )
         self._copies = ModelCopies(instances, shared=model_class.thread_safe)
         if plan.batching is not None:
             self._batcher = Batcher(
@@ -318,7 +341,8 @@ class ChariotRuntime(MLModel):
             return f"request{'s' if len(calls) > 1 else ''} {', '.join(str(c.request_id) for c in calls)}"
 
         try:
-            results = self._call_model(calls[0], "predict", images, tensors)
+            with model_output.serving([c.request_id for c in calls]):
+                results = self._call_model(calls[0], "predict", images, tensors)
         except ChariotError:
             raise
         except Exception as exc:
@@ -335,7 +359,8 @@ class ChariotRuntime(MLModel):
         self, images: list[Image], request: ParsedRequest, chosen: list[list[Any]], request_id: str, call: Call
     ) -> list[dict]:
         try:
-            explanations = self._call_model(call, "explain", images, request.tensors, chosen)
+            with model_output.serving([request_id]):
+                explanations = self._call_model(call, "explain", images, request.tensors, chosen)
         except ChariotError:
             raise
         except Exception as exc:

@@ -37,6 +37,7 @@ from mlserver.grpc.utils import to_headers as to_headers
 from mlserver.grpc.utils import to_metadata as to_metadata
 from mlserver.handlers import DataPlane as DataPlane
 from mlserver.handlers import ModelRepositoryHandlers as ModelRepositoryHandlers
+from mlserver.parallel import pool as mlserver_pool
 from mlserver.parallel.errors import WorkerError, WorkerStop
 from mlserver.parallel.messages import ModelRequestMessage
 from mlserver.parallel.model import ParallelModel
@@ -289,6 +290,29 @@ async def replace_worker(pool, pid: int, exit_code: int) -> None:
     """What MLServer does for a worker that stopped: its requests in flight fail with WorkerStop, and a new worker
     starts and loads the pool's models. Returns once the new worker is ready."""
     await pool.on_worker_stop(pid, exit_code)
+
+
+# How the engine has MLServer start each parallel worker process (serving/devices.py: each its share of the GPUs).
+_start_worker: Callable[[Callable[[], Any]], Any] | None = None
+
+
+def start_workers_with(start: Callable[[Callable[[], Any]], Any] | None) -> None:
+    """Have MLServer start every parallel worker process (at start-up, and each replacement) as `start(spawn)`: `spawn`
+    starts the process and returns it (multiprocessing.Process); None: as MLServer does. MLServer starts workers with
+    the `spawn` method, so a worker inherits the environment the main process has while `spawn` runs."""
+    global _start_worker
+    _start_worker = start
+    spawn = mlserver_pool._spawn_worker
+    if getattr(spawn, "__wrapped__", None) is not None:  # already routed through _start_worker
+        return
+
+    @functools.wraps(spawn)
+    def spawn_worker(*args: Any, **kwargs: Any) -> Any:
+        if _start_worker is None:
+            return spawn(*args, **kwargs)
+        return _start_worker(lambda: spawn(*args, **kwargs))
+
+    mlserver_pool._spawn_worker = spawn_worker
 
 
 def handle_worker_exits(handler: Callable[[], None]) -> None:

@@ -22,7 +22,8 @@ from chariot_support.after_answer import FlushedBeforeScrape, afterwards
 from chariot_support.errors import BadSettings, ModelLoadFailed
 from chariot_support.grpc.limits import CallLimits
 from chariot_support.grpc.service import ChariotInferenceServicer
-from chariot_support.logs.request_lines import logging_config
+from chariot_support.logs.model_output import capture_output
+from chariot_support.logs.request_lines import HANDLER_NAME, logging_config
 from chariot_support.memory.budgets import BodyBudget
 from chariot_support.model.base import ChariotModel, has_explain
 from chariot_support.pipeline.data_plane import ChariotDataPlane, ChariotRepositoryHandlers, EngineRepository
@@ -36,8 +37,10 @@ from chariot_support.seams.mlserver import (
     ModelRepositoryHandlers,
     install_uvloop_event_loop,
     set_uvicorn_options,
+    start_workers_with,
 )
 from chariot_support.seams.uvicorn import IdleLimitedProtocol
+from chariot_support.server.devices import WorkerDevices
 from chariot_support.server.workers import WORKER_GRACE, WorkerWatch
 from chariot_support.settings import EngineSettings, config
 
@@ -148,6 +151,9 @@ class ChariotServer(EngineServer):
         self.body_budget = BodyBudget(engine.body_budget_mb << 20, engine.admission_wait)
         self.grpc_grace = engine.grpc_grace
         self.predict_timeout = engine.predict_timeout
+        # Each parallel worker starts (in MLServer's __init__, and as a replacement) with its share of the GPUs.
+        self.devices = WorkerDevices.detect(settings.parallel_workers)
+        start_workers_with(self.devices.start if settings.parallel_workers else None)
         super().__init__(settings)
 
     def grpc_limits(self, settings: Settings) -> tuple[CallLimits, list[tuple[str, Any]]]:
@@ -216,12 +222,16 @@ def close_api_pages(app: FastAPI, metrics_app: FastAPI | None, *, api_docs: bool
             each.router.routes[:] = [r for r in each.router.routes if served(getattr(r, "path", ""))]
 
 
-def log_settings(settings: Settings, engine: EngineSettings, plan: ServingPlan) -> None:
+def log_settings(
+    settings: Settings, engine: EngineSettings, plan: ServingPlan, devices: WorkerDevices | None = None
+) -> None:
     """One line saying how the engine serves, as its settings and the model's class work out: processes, threads,
-    copies, batching and limits, in words and, for log tools, as the `settings` field."""
+    copies, batching, limits and each parallel worker's GPUs, in words and, for log tools, as the `settings` field."""
     batching = plan.batching
     fields = {
         "workers": settings.parallel_workers,
+        "worker_gpus": devices.by_worker() if devices is not None and devices.shares else None,
+        "warmup": engine.warmup,
         "threads": plan.threads,
         "copies": plan.copies,
         "thread_safe": plan.thread_safe,
@@ -237,10 +247,11 @@ def log_settings(settings: Settings, engine: EngineSettings, plan: ServingPlan) 
         "body_budget_mb": engine.body_budget_mb,
         "decode_budget_mb": engine.decode_budget_mb,
     }
-    logger.info("%s", settings_message(settings.parallel_workers, engine, plan), extra={"fields": {"settings": fields}})
+    message = settings_message(settings.parallel_workers, engine, plan, devices.description if devices else "")
+    logger.info("%s", message, extra={"fields": {"settings": fields}})
 
 
-def settings_message(workers: int, engine: EngineSettings, plan: ServingPlan) -> str:
+def settings_message(workers: int, engine: EngineSettings, plan: ServingPlan, devices: str = "") -> str:
     """The settings line in words: "settings: one process with 4 threads and one thread-safe model; ..."."""
     batching = plan.batching
     processes = f"{workers} worker process{'' if workers == 1 else 'es'}, each" if workers else "one process"
@@ -260,6 +271,8 @@ def settings_message(workers: int, engine: EngineSettings, plan: ServingPlan) ->
         f"settings: {processes} {runs} {model}; {gathered}; {timeout}; requests up to {engine.max_request_mb} MiB"
         f" and {engine.max_inputs} inputs, images up to {engine.max_image_pixels:,} pixels;"
         f" {engine.max_connections} connections at most"
+        + ("" if engine.warmup else "; no warm-up (CHARIOT_WARMUP=0)")
+        + (f"; {devices}" if devices else "")
     )
 
 
@@ -283,7 +296,8 @@ async def _serve(model_class: type[ChariotModel], default_model_id: str) -> None
         settings.http_port,
         settings.grpc_port,
     )
-    log_settings(settings, engine, ServingPlan.of(model_class, engine))
+    log_settings(settings, engine, ServingPlan.of(model_class, engine), server.devices)
+    capture_output(HANDLER_NAME)  # this process's print and stderr lines as JSON lines too
     await server.start([model])
 
 

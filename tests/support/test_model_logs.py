@@ -1,0 +1,108 @@
+"""The model's logs are the engine's: what model.py logs (any logger), prints or writes to stderr comes out as one
+JSON line each, with the id of the request whose predict wrote it."""
+
+import io
+import json
+import logging
+import threading
+
+import pytest
+from warming import ask, json_lines
+
+from chariot_support.logs.request_lines import JSONLines
+from chariot_support.logs.model_output import MAX_LINE, ModelOutput, real_stream, serving
+
+
+@pytest.fixture
+def captured():
+    """A ModelOutput in front of `real`, whose records the engine's formatter writes to `lines` (as the engine's
+    handler writes them to the real stdout)."""
+    real, lines = io.StringIO(), io.StringIO()
+    handler = logging.StreamHandler(lines)
+    handler.setFormatter(JSONLines())
+    logger = logging.getLogger("print-under-test")
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+    output = ModelOutput(real, logger, logging.INFO)
+    yield output, real, lambda: [json.loads(line) for line in lines.getvalue().splitlines()]
+    logger.removeHandler(handler)
+
+
+def test_each_line_written_is_one_record_and_a_partial_line_waits_for_its_newline(captured):
+    output, real, records = captured
+    print("one", file=output)
+    output.write("two and ")
+    assert [r["message"] for r in records()] == ["one"]
+    output.write("a half\nthree\n\n")
+    assert [r["message"] for r in records()] == ["one", "two and a half", "three"]
+    assert real.getvalue() == "", "nothing reaches the real stream but through the engine's handler"
+    output.write("left over")
+    output.finish()
+    assert records()[-1]["message"] == "left over"
+
+
+def test_a_line_without_end_goes_out_in_pieces_of_the_longest_line(captured):
+    output, _, records = captured
+    output.write("x" * (MAX_LINE * 2 + 5))
+    assert [len(r["message"]) for r in records()] == [MAX_LINE, MAX_LINE]
+    output.write("\n")
+    assert len(records()[-1]["message"]) == 5
+
+
+def test_threads_lines_do_not_mix_and_carry_their_requests_ids(captured):
+    output, _, records = captured
+
+    def write(request_id: str) -> None:
+        with serving([request_id]):
+            for i in range(50):
+                output.write(f"{request_id} line {i}")
+                output.write("\n")  # print writes the text and its newline apart
+
+    threads = [threading.Thread(target=write, args=(f"r{n}",)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    written = records()
+    assert len(written) == 200
+    assert all(r["message"].startswith(r["request_id"] + " line ") for r in written)
+    with serving(["a", "b"]):
+        print("batched", file=output)
+    assert records()[-1]["request_id"] == "a" and records()[-1]["request_ids"] == ["a", "b"]
+
+
+def test_a_handler_that_writes_back_to_the_stream_does_not_loop(captured):
+    output, real, records = captured
+    logger = logging.getLogger("print-under-test")
+    echo = logging.StreamHandler(output)  # say, a handler a library set up on the stream it found as sys.stderr
+    logger.addHandler(echo)
+    try:
+        print("once", file=output)
+    finally:
+        logger.removeHandler(echo)
+    assert [r["message"] for r in records()] == ["once"]
+    assert real.getvalue() == "once\n", "the nested write went straight to the real stream"
+    assert real_stream(output) is real and real_stream(real) is real
+
+
+def test_model_logs_prints_and_stderr_lines_are_json_lines_with_their_request_id(warming_engine):
+    """In each parallel worker: logging.getLogger("my_model").info, print and sys.stderr.write inside predict."""
+    for n in range(4):
+        ask(warming_engine, f"logs-{n}")
+    wanted = {
+        (logger, f"{verb} for image-logs-{n}", f"logs-{n}")
+        for n in range(4)
+        for logger, verb in (("my_model", "logged"), ("print", "printed"), ("stderr", "written to stderr"))
+    }
+    warming_engine.wait_for_log("written to stderr for image-logs-3")
+    log = warming_engine.log()
+    assert not [line for line in log.splitlines() if "image-logs" in line and not line.startswith("{")]
+    found = {
+        (line["logger"], line["message"], line.get("request_id"))
+        for line in json_lines(log)
+        if "image-logs-" in line["message"]
+    }
+    assert found == wanted
+    levels = {line["logger"]: line["level"] for line in json_lines(log) if "image-logs-" in line["message"]}
+    assert levels == {"my_model": "info", "print": "info", "stderr": "warning"}

@@ -186,3 +186,13 @@ def test_pins_are_read_from_constraints(tmp_path):
     constraints = tmp_path / "constraints.txt"
     constraints.write_text("# header\nnumpy==2.4.6\nPyYAML==6.0.3  # a comment\n\n")
     assert read_pins(constraints) == {"numpy": "numpy==2.4.6", "pyyaml": "PyYAML==6.0.3"}
+
+
+def test_the_old_module_name_runs_the_command_and_names_the_new_one():
+    env = {**os.environ, "PYTHONPATH": str(SUPPORT_SRC)}
+    old = subprocess.run(
+        [sys.executable, "-m", "chariot_support.deps", "bogus"], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert old.returncode == 2 and "Traceback" not in old.stderr, old.stderr
+    assert old.stderr.startswith("chariot_support.deps is now chariot_support.dev.deps: run `python -m")
+    assert "invalid choice: 'bogus'" in old.stderr, "the new command ran, with the arguments given"

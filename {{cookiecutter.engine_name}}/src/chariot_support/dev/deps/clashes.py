@@ -41,7 +41,9 @@ def refused(engine: Path, requirement: str, held: dict[str, str]) -> list[str]:
         return [f"(the requirements of {requirement} could not be read from its wheel, so only uv's reason is given)"]
     fixed = [(f"the template requires {_shown(r)}", "the engine's own: it cannot move", r) for r in template]
     if mlserver and _name(mlserver) in metadata:
-        fixed += [(f"{mlserver} requires {_shown(r)}", "MLServer's: it cannot move", r) for r in metadata[_name(mlserver)]]
+        fixed += [
+            (f"{mlserver} requires {_shown(r)}", "MLServer's: it cannot move", r) for r in metadata[_name(mlserver)]
+        ]
     fixed += [(f"pyproject.toml requires {r}", "yours: change it there", r) for r in own]
 
     def against(wanted: str) -> list[str]:

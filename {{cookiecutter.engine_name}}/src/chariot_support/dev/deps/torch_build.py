@@ -12,8 +12,8 @@ COMMAND = "PYTHONPATH=src python -m chariot_support.dev.deps"
 
 
 def cuda_packages(resolution: Resolution) -> list[str]:
-    """The CUDA build's own packages in a resolution: NVIDIA's libraries (nvidia-*) and triton."""
-    return sorted(n for n in resolution.pins if n.startswith("nvidia-") or n == "triton")
+    """The CUDA build's own packages in a resolution: NVIDIA's CUDA libraries (nvidia-*, cuda-*) and triton."""
+    return sorted(n for n in resolution.pins if n.startswith(("nvidia-", "cuda-")) or n == "triton")
 
 
 def cuda_note(resolution: Resolution, pyproject: Path) -> list[str]:
@@ -23,13 +23,14 @@ def cuda_note(resolution: Resolution, pyproject: Path) -> list[str]:
     cuda = cuda_packages(resolution)
     if not cuda:
         return []
-    nvidia = sum(n.startswith("nvidia-") for n in cuda)
-    brings = f"{nvidia} NVIDIA CUDA packages (nvidia-*)" + (" and triton" if "triton" in cuda else "")
+    libraries = len([n for n in cuda if n != "triton"])
+    brings = f"{libraries} CUDA packages (nvidia-*, cuda-*)" + (" and triton" if "triton" in cuda else "")
     return [
-        f"torch: {resolution.pins['torch']} is PyPI's Linux build, the CUDA one: it brings {brings}, several GB"
-        " (an engine's environment measured 5.7 GB with it and 1.4 GB with the CPU-only build; see the README's"
-        ' "torch, CPU or CUDA"). A GPU node runs it; on CPUs only, take the CPU-only build:'
-        f" `{COMMAND} lock --torch cpu` (PyTorch's CPU wheel index). `--torch cuda` keeps this build and says so."
+        f"torch: {resolution.pins['torch']} is PyPI's Linux build, the CUDA one: it brings {brings}, several GB in"
+        " the image (an engine's environment measured 5.7 GB with the CUDA build, 1.35 GB with the CPU-only one: the"
+        ' README\'s "torch, CPU or CUDA"). It runs on CPUs too. For a GPU node keep it (`--torch cuda` says so); for'
+        " CPUs only, take the CPU-only build from PyTorch's own index:"
+        f" `{COMMAND} lock --torch cpu`."
     ]
 
 
@@ -56,5 +57,5 @@ def build_said(resolution: Resolution, pyproject: Path) -> list[str]:
             " [tool.uv.sources]: the lock, the README's install and the image's take torch, torchvision and"
             " torchaudio from there, everything else from PyPI); no CUDA packages."
         ]
-    cuda = cuda_packages(resolution)
-    return [f"torch: {torch}, PyPI's build: on Linux the CUDA one, with {len(cuda)} CUDA packages (nvidia-*, triton)."]
+    cuda = [n for n in cuda_packages(resolution) if n != "triton"]
+    return [f"torch: {torch}, PyPI's build: on Linux the CUDA one, with {len(cuda)} CUDA packages and triton."]

@@ -155,6 +155,17 @@ def test_a_dependency_uv_cannot_fit_in_is_refused_with_the_reason_and_changes_no
     assert message.rstrip().endswith("pyproject.toml and constraints.txt are as they were.")
     assert {name: (root / name).read_bytes() for name in before} == before
 
+    # Overridden, the package's protobuf<5 gives way; MLServer's range stays.
+    overridden = deps(bare_python, root, "add", "old-protobuf-user==1.0", "--override", "protobuf", env=links)
+    assert overridden.returncode == 0, overridden.stdout + overridden.stderr
+    assert "pyproject.toml overrides protobuf>=5.27.2,<7.0.0" in overridden.stdout, "MLServer's range is kept"
+    assert (
+        "  + old-protobuf-user==1.0" in overridden.stdout
+        and read_pins(root / "constraints.txt")["protobuf"] == protobuf
+    )
+    for name, content in before.items():  # as before, for the next case
+        (root / name).write_bytes(content)
+
     held = deps(bare_python, root, "add", "older-protobuf-user==1.0", env=links)
     assert held.returncode == 1, held.stdout + held.stderr
     message = held.stderr

@@ -9,17 +9,12 @@ import tomllib
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from chariot_support.dev.deps.pyproject import _name, template_dependencies
+from chariot_support.dev.deps.pyproject import _name, _shown, template_dependencies
 from chariot_support.dev.deps.uv import compile_requirements, requirements_of, resolve
 
 COMMAND = "PYTHONPATH=src python -m chariot_support.dev.deps"
 # How long the search for a version that fits may take: uv tries the dependency's versions newest first.
 SEARCH_SECONDS = 120
-
-
-def _shown(requirement: str) -> str:
-    """A requirement as the engine's files write one: `Pillow (<10.3.0,>=10.2.0)` is `Pillow<10.3.0,>=10.2.0`."""
-    return re.sub(r"^([A-Za-z0-9][A-Za-z0-9._-]*(?:\[[^\]]*\])?)\s*\(?([^;)]*)\)?", r"\1\2", requirement.strip())
 
 
 def _fits(engine: Path, requirements: list[str]) -> bool:

@@ -21,9 +21,10 @@ from chariot_support.dev.deps.pyproject import (
     exclude,
     override,
     route_torch,
+    template_dependencies,
 )
 from chariot_support.dev.deps.torch_build import build_said, cuda_note, direct_torch
-from chariot_support.dev.deps.uv import REINSTALL, Resolution, image_target, read_pins
+from chariot_support.dev.deps.uv import REINSTALL, Resolution, image_target, read_pins, requirements_of
 
 PACKAGE_NAME = "[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?"
 
@@ -71,7 +72,7 @@ def parser() -> argparse.ArgumentParser:
             metavar="REQUIREMENT",
             help="replace every requirement on a package by this one, such as 'torch>=2.5' or numpy, where a"
             " dependency pins it tighter than it needs (repeatable); kept in pyproject.toml's [tool.uv]"
-            " override-dependencies, with the template's own range kept beside it",
+            " override-dependencies, with the template's and MLServer's own ranges kept beside it",
         )
     commands.add_parser("check", help="check that this environment has one OpenCV, the headless one")
     return parser
@@ -115,7 +116,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"resolving for {image_target(engine).described}, wherever this runs")
     if left_out := exclude(pyproject, args.without):
         print(f"pyproject.toml leaves out {', '.join(left_out)} ([tool.uv] exclude-dependencies)")
-    if written := override(pyproject, args.override):
+    mlserver = [r for r in template_dependencies(pyproject) if _name(r) == "mlserver"]
+    engines = requirements_of(engine, mlserver).get("mlserver", []) if args.override and mlserver else []
+    if written := override(pyproject, args.override, engines):
         print(f"pyproject.toml overrides {', '.join(written)} ([tool.uv] override-dependencies)")
     if args.torch:
         release += TORCH_FAMILY  # their pins are of the other build

@@ -28,6 +28,11 @@ def _spec(requirement: str) -> str:
     return re.sub(r"^\s*[A-Za-z0-9][A-Za-z0-9._-]*", "", requirement, count=1).strip()
 
 
+def _shown(requirement: str) -> str:
+    """A requirement as the engine's files write one: `Pillow (<10.3.0,>=10.2.0)` is `Pillow<10.3.0,>=10.2.0`."""
+    return re.sub(r"^([A-Za-z0-9][A-Za-z0-9._-]*(?:\[[^\]]*\])?)\s*\(?([^;)]*)\)?", r"\1\2", requirement.strip())
+
+
 def _uv_table(pyproject: Path) -> dict:
     return tomllib.loads(pyproject.read_text()).get("tool", {}).get("uv", {})
 
@@ -95,18 +100,20 @@ def exclude(pyproject: Path, packages: Iterable[str]) -> list[str]:
     return new
 
 
-def override(pyproject: Path, requirements: Iterable[str]) -> list[str]:
+def override(pyproject: Path, requirements: Iterable[str], engines: Iterable[str] = ()) -> list[str]:
     """Put `requirements` in [tool.uv] override-dependencies, replacing an earlier override of the same package.
-    An override replaces every requirement on its package, the template's own too, so one on a package the template
-    requires keeps the template's range beside it (`numpy>=2` becomes `numpy>=2,>=2.4,<2.5`). Returns what it
-    wrote."""
-    template = {_name(r): r for r in template_dependencies(pyproject)}
+    An override replaces every requirement on its package, the engine's own too, so the ranges the template and
+    `engines` (MLServer's requirements) give that package are kept beside it: `numpy>=2` becomes
+    `numpy>=2,>=2.4,<2.5`, and a bare `numpy` the engine's range alone. Returns what it wrote."""
+    ranges: dict[str, list[str]] = {}
+    for requirement in [*template_dependencies(pyproject), *engines]:
+        if (spec := _spec(_shown(requirement).split(";", 1)[0])) and not spec.startswith("["):
+            ranges.setdefault(_name(requirement), []).append(spec)
     current = {_name(r): r for r in overridden(pyproject)}
     written = []
     for requirement in requirements:
         name = _name(requirement)
-        if name in template:
-            requirement = name + ",".join(s for s in (_spec(requirement), _spec(template[name])) if s)
+        requirement = name + ",".join(dict.fromkeys(s for s in (_spec(requirement), *ranges.get(name, [])) if s))
         current[name] = requirement
         written.append(requirement)
     if written:

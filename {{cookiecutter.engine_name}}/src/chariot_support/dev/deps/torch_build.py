@@ -50,12 +50,17 @@ def direct_torch(pyproject: Path, resolution: Resolution) -> list[str]:
 def build_said(resolution: Resolution, pyproject: Path) -> list[str]:
     """Which torch build the lock took, once chosen with --torch."""
     index = torch_index(pyproject)
-    torch = resolution.pins.get("torch", "torch (when a dependency brings it)")
     if index is not None:
+        torch = resolution.pins.get("torch", "no torch in the lock yet; when it comes, it is")
         return [
             f"torch: {torch}, PyTorch's CPU-only build from {index} (pyproject.toml's [[tool.uv.index]] and"
             " [tool.uv.sources]: the lock, the README's install and the image's take torch, torchvision and"
             " torchaudio from there, everything else from PyPI); no CUDA packages."
         ]
+    if "torch" not in resolution.pins:
+        return ["torch: no torch in the lock yet; when it comes, it is PyPI's build (on Linux, the CUDA one)."]
     cuda = [n for n in cuda_packages(resolution) if n != "triton"]
-    return [f"torch: {torch}, PyPI's build: on Linux the CUDA one, with {len(cuda)} CUDA packages and triton."]
+    return [
+        f"torch: {resolution.pins['torch']}, PyPI's build: on Linux the CUDA one, with {len(cuda)} CUDA packages"
+        f"{' and triton' if 'triton' in resolution.pins else ''}."
+    ]

@@ -23,7 +23,7 @@ from chariot_support.dev.deps.pyproject import (
     route_torch,
     template_dependencies,
 )
-from chariot_support.dev.deps.torch_build import build_said, cuda_note, direct_torch
+from chariot_support.dev.deps.torch_build import build_said, cuda_note, cuda_packages, direct_torch
 from chariot_support.dev.deps.uv import REINSTALL, Resolution, image_target, read_pins, requirements_of
 
 PACKAGE_NAME = "[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?"
@@ -120,8 +120,8 @@ def main(argv: list[str] | None = None) -> int:
     engines = requirements_of(engine, mlserver).get("mlserver", []) if args.override and mlserver else []
     if written := override(pyproject, args.override, engines):
         print(f"pyproject.toml overrides {', '.join(written)} ([tool.uv] override-dependencies)")
-    if args.torch:
-        release += TORCH_FAMILY  # their pins are of the other build
+    if args.torch:  # the pins of torch and of the CUDA packages are the other build's
+        release += [*TORCH_FAMILY, *cuda_packages(Resolution(pins=old))]
     held = {name: pin for name, pin in old.items() if name not in {_name(r) for r in release}}
     try:
         if args.torch:
@@ -135,7 +135,12 @@ def main(argv: list[str] | None = None) -> int:
             new = lock(engine, release=release)
     except SystemExit as failed:
         message = str(failed.code)
-        if args.command == "add" and message.startswith("uv cannot resolve"):
+        if args.torch == "cpu" and re.search(r"no version of (torch|torchvision|torchaudio)\b", message):
+            message += (
+                f"\nThe CPU-only index at {args.torch_index} has no such build: pin torch (and torchvision) in"
+                " pyproject.toml to versions it has, or check the URL (--torch-index, CHARIOT_TORCH_INDEX)."
+            )
+        elif args.command == "add" and message.startswith("uv cannot resolve"):
             message += "\n" + explain_package(engine, args.requirement, held)
         for path, content in files.items():
             path.write_bytes(content)

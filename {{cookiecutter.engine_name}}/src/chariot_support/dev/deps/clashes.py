@@ -58,22 +58,27 @@ def refused(engine: Path, requirement: str, held: dict[str, str]) -> list[str]:
     return [f"Each requirement of {requirement} that the engine refuses:", *lines]
 
 
-def newest_fit(engine: Path, requirement: str, held: dict[str, str]) -> list[str]:
-    """The newest version of `requirement`'s package, other than the one asked for, that fits: with every pin as it
-    is, else with the engine's own requirements alone (constraints.txt's pins let move)."""
+def newest_fit(engine: Path, requirement: str, held: dict[str, str], *, pins_only: bool = False) -> list[str]:
+    """The newest version of `requirement`'s package, other than the one asked for, that fits. Where only
+    constraints.txt's pins stand in the way (`pins_only`: releasing them lets even this version in), it is sought with
+    every pin held; else uv seeks it against the engine's own requirements, then the pins are tried with it."""
     name = _name(requirement)
     pinned = re.fullmatch(r"\s*[A-Za-z0-9][A-Za-z0-9._-]*\s*==\s*([^\s;,]+)\s*", requirement)
-    instead = f"{name}!={pinned[1]}" if pinned else name
-    text = (engine / "pyproject.toml").read_text().replace(f'"{requirement}"', f'"{instead}"', 1)
-    tries = [(held, "with every pin as it is")] if held else []
-    tries.append(({}, "once constraints.txt's pins move (`add` names them)" if held else "with every pin as it is"))
-    for pins, said in tries:
-        found = resolve(engine, pins, pyproject=text, timeout=SEARCH_SECONDS)
-        if not isinstance(found, str) and name in found.pins:
-            version = found.pins[name].split("==", 1)[1]
-            return [f"The newest {name} that fits, {said}: {version}. `{COMMAND} add '{name}=={version}'`"]
-    other = f"other than {pinned[1]} " if pinned else ""
-    return [f"No version of {name} {other}fits the engine: uv searched them, newest first."]
+    text = (engine / "pyproject.toml").read_text()
+
+    def trying(instead: str, pins: dict[str, str]) -> str | None:
+        found = resolve(
+            engine, pins, pyproject=text.replace(f'"{requirement}"', f'"{instead}"', 1), timeout=SEARCH_SECONDS
+        )
+        return None if isinstance(found, str) or name not in found.pins else found.pins[name].split("==", 1)[1]
+
+    version = trying(f"{name}!={pinned[1]}" if pinned else name, held if pins_only else {})
+    if version is None:
+        other = f"other than {pinned[1]} " if pinned else ""
+        return [f"No version of {name} {other}fits the engine: uv searched them, newest first."]
+    held_too = pins_only or not held or trying(f"{name}=={version}", held) is not None
+    said = "with every pin as it is" if held_too else "once constraints.txt's pins move (`add` names them)"
+    return [f"The newest {name} that fits, {said}: {version}. `{COMMAND} add '{name}=={version}'`"]
 
 
 def override_hint(requirement: str, lines: list[str]) -> list[str]:
@@ -90,7 +95,8 @@ def override_hint(requirement: str, lines: list[str]) -> list[str]:
     ]
 
 
-def explain_package(engine: Path, requirement: str, held: dict[str, str]) -> str:
+def explain_package(engine: Path, requirement: str, held: dict[str, str], *, pins_only: bool = False) -> str:
     """Everything `add` can say about a requirement that does not fit: what clashes, what fits, how to override."""
     lines = refused(engine, requirement, held)
-    return "\n".join([*lines, *newest_fit(engine, requirement, held), *override_hint(requirement, lines)])
+    fit = newest_fit(engine, requirement, held, pins_only=pins_only)
+    return "\n".join([*lines, *fit, *override_hint(requirement, lines)])

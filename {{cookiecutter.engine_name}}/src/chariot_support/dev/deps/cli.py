@@ -141,7 +141,8 @@ def main(argv: list[str] | None = None) -> int:
                 " pyproject.toml to versions it has, or check the URL (--torch-index, CHARIOT_TORCH_INDEX)."
             )
         elif args.command == "add" and message.startswith("uv cannot resolve"):
-            message += "\n" + explain_package(engine, args.requirement, held)
+            pins_only = "run the command again with `--release" in message
+            message += "\n" + explain_package(engine, args.requirement, held, pins_only=pins_only)
         for path, content in files.items():
             path.write_bytes(content)
         raise SystemExit(f"{message}\npyproject.toml and constraints.txt are as they were.") from None

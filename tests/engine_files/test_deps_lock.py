@@ -1,8 +1,10 @@
 """`python -m chariot_support.dev.deps`, run in a freshly baked engine as its author would in a fresh clone, before
 the engine is installed (a bare Python with `PYTHONPATH=src`, and uv): locking changes nothing the template shipped,
 an added dependency lands in pyproject.toml and constraints.txt with nothing else moving, a dependency uv cannot fit
-in is refused with uv's reasons and the pin to release, leaving both files as they were, and a package that wants
-opencv-python goes into the engine without it, installed by the Dockerfile's own commands."""
+in is refused with uv's reasons, every requirement of it the engine refuses, the pin to release and the newest
+version that fits, leaving both files as they were; a package that wants opencv-python goes into the engine without
+it, installed by the Dockerfile's own commands; the lock is for the image's Python; and torch's CPU-only build comes
+from its own index (a stand-in served on loopback) in the lock, the image's install and the README's."""
 
 import base64
 import difflib
@@ -11,16 +13,22 @@ import os
 import re
 import shlex
 import subprocess
+import sys
+import time
+import urllib.request
 import venv
 import zipfile
 from pathlib import Path
 
 import pytest
 import tomllib
+from cookiecutter.main import cookiecutter
 
 from baking import bake
 from chariot_support.dev.deps import REINSTALL, find_uv, read_pins
+from chariot_support.dev.testing import free_port
 from dockerfile import parse_dockerfile, uv_installs
+from template_paths import TEMPLATE_ROOT
 
 
 @pytest.fixture(scope="module")
@@ -97,7 +105,7 @@ def test_without_uv_the_command_says_how_to_get_it(tmp_path, bare_python):
 
 
 def wheel(folder: Path, name: str, version: str, requires: list[str]) -> Path:
-    """A pure-Python wheel that declares `requires`, for uv to resolve from a local folder."""
+    """A pure-Python wheel that declares `requires`, for uv to resolve from a local folder or index."""
     stem = f"{name.replace('-', '_')}-{version}"
     metadata = "".join(f"Requires-Dist: {r}\n" for r in requires)
     files = {
@@ -137,8 +145,26 @@ def test_a_dependency_uv_cannot_fit_in_is_refused_with_the_reason_and_changes_no
         "old-protobuf-user depend on protobuf<5" in message and "mlserver==1.7.1 depends on protobuf>=5.27.2" in message
     )
     assert "--release" not in message, "releasing a pin cannot help here"
+    # Every requirement of the package that the engine refuses, by whom, and whether it can move.
+    assert (
+        "Each requirement of old-protobuf-user==1.0 that the engine refuses:\n  protobuf<5: mlserver==1.7.1 requires"
+        " protobuf>=5.27.2,<7.0.0 (MLServer's: it cannot move)" in message
+    )
+    assert "No version of old-protobuf-user other than 1.0 fits the engine" in message
+    assert "--override protobuf" in message, "how to override the package's over-tight pin"
     assert message.rstrip().endswith("pyproject.toml and constraints.txt are as they were.")
     assert {name: (root / name).read_bytes() for name in before} == before
+
+    # Overridden, the package's protobuf<5 gives way; MLServer's range stays.
+    overridden = deps(bare_python, root, "add", "old-protobuf-user==1.0", "--override", "protobuf", env=links)
+    assert overridden.returncode == 0, overridden.stdout + overridden.stderr
+    assert "pyproject.toml overrides protobuf>=5.27.2,<7.0.0" in overridden.stdout, "MLServer's range is kept"
+    assert (
+        "  + old-protobuf-user==1.0" in overridden.stdout
+        and read_pins(root / "constraints.txt")["protobuf"] == protobuf
+    )
+    for name, content in before.items():  # as before, for the next case
+        (root / name).write_bytes(content)
 
     held = deps(bare_python, root, "add", "older-protobuf-user==1.0", env=links)
     assert held.returncode == 1, held.stdout + held.stderr
@@ -149,6 +175,7 @@ def test_a_dependency_uv_cannot_fit_in_is_refused_with_the_reason_and_changes_no
         f"constraints.txt pins {protobuf} and googleapis-common-protos==" in message
         and "`--release protobuf --release googleapis-common-protos`" in message
     )
+    assert "  protobuf<6.33: constraints.txt pins protobuf==6.33.6 (it can move: --release protobuf)" in message
     assert {name: (root / name).read_bytes() for name in before} == before
 
     # The pins it names are the ones to release: run again with them, the command succeeds and moves just those.
@@ -216,3 +243,142 @@ def test_a_package_that_wants_opencv_python_goes_into_the_image_without_it(tmp_p
         assert ("pytest" in names) == (step == "the README's"), f"{step} install and the test extra: {names}"
         imported = run([python, "-c", "import cv2, rapidocr_onnxruntime"], cwd=tmp_path)
         assert imported.returncode == 0, f"after {step} install: {imported.stderr[-3000:]}"
+
+
+def test_a_package_with_over_tight_pins_is_explained_in_full_with_the_newest_version_that_fits(tmp_path, bare_python):
+    """facenet-pytorch 2.6.0 (from PyPI) pins numpy<2, Pillow<10.3, torch<2.3 and torchvision<0.18: each is named
+    with what refuses it (the template's own pins cannot move; a pin of constraints.txt can; a dependency of the
+    user's own can be changed), and 2.5.3, which fits, is offered; added, it is locked, with a word on its torch."""
+    root = bake("Object Detection", tmp_path / "engine")
+    assert deps(bare_python, root, "add", "torchvision==0.24.1").returncode == 0
+    before = {name: (root / name).read_bytes() for name in ("pyproject.toml", "constraints.txt")}
+    torch = read_pins(root / "constraints.txt")["torch"]
+
+    failed = deps(bare_python, root, "add", "facenet-pytorch==2.6.0")
+    assert failed.returncode == 1, failed.stdout + failed.stderr
+    refused = failed.stderr.split("Each requirement of facenet-pytorch==2.6.0 that the engine refuses:\n", 1)[1]
+    assert refused.splitlines()[:4] == [
+        "  numpy<2.0.0,>=1.24.0: the template requires numpy>=2.4,<2.5 (the engine's own: it cannot move)",
+        "  Pillow<10.3.0,>=10.2.0: the template requires pillow>=13.0,<13.1 (the engine's own: it cannot move)",
+        f"  torch<2.3.0,>=2.2.0: constraints.txt pins {torch} (it can move: --release torch)",
+        "  torchvision<0.18.0,>=0.17.0: pyproject.toml requires torchvision==0.24.1 (yours: change it there)",
+    ], failed.stderr
+    suggested = re.search(r"The newest facenet-pytorch that fits, with every pin as it is: (\S+)\. `([^`]+)`", refused)
+    assert suggested and suggested[1] == "2.5.3", refused
+    assert "--override numpy --override pillow" in refused and "test your model" in refused
+    assert failed.stderr.rstrip().endswith("pyproject.toml and constraints.txt are as they were.")
+    assert {name: (root / name).read_bytes() for name in before} == before
+
+    added = deps(bare_python, root, *shlex.split(suggested[2])[4:])
+    assert added.returncode == 0, added.stdout + added.stderr
+    assert "  + facenet-pytorch==2.5.3" in added.stdout
+
+
+def test_the_lock_is_for_the_images_python_not_the_one_that_runs_it(tmp_path, bare_python):
+    """An engine whose image runs Python 3.12, locked from this Python (not 3.12): the resolution follows the image,
+    markers and all."""
+    running = f"{sys.version_info.major}.{sys.version_info.minor}"
+    image = "3.12" if running != "3.12" else "3.11"
+    answers = {"task_type": "Object Detection", "python_version": image}
+    root = Path(cookiecutter(str(TEMPLATE_ROOT), no_input=True, extra_context=answers, output_dir=str(tmp_path)))
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    wheel(
+        wheels,
+        "marker-probe",
+        "1.0",
+        [
+            f'on-image-python; python_version == "{image}"',
+            f'on-this-python; python_version == "{running}"',
+            'on-linux; sys_platform == "linux" and platform_machine == "x86_64"',
+            'on-mac; sys_platform == "darwin"',
+        ],
+    )
+    for name in ("on-image-python", "on-this-python", "on-linux", "on-mac"):
+        wheel(wheels, name, "1.0", [])
+
+    added = deps(bare_python, root, "add", "marker-probe==1.0", env={"UV_FIND_LINKS": str(wheels)})
+    assert added.returncode == 0, added.stdout + added.stderr
+    assert f"resolving for linux x86_64 (manylinux_2_36), Python {image}: the image's" in added.stdout
+    pins = read_pins(root / "constraints.txt")
+    assert {"marker-probe", "on-image-python", "on-linux"} <= pins.keys(), pins.keys()
+    assert not {"on-this-python", "on-mac"} & pins.keys()
+
+
+@pytest.fixture
+def torch_cpu_index(tmp_path):
+    """A stand-in for PyTorch's CPU wheel index, served on loopback by `python -m http.server` in PEP 503's simple
+    layout: torch 2.9.1+cpu and torchvision 0.24.1+cpu, versions PyPI does not have. Yields its URL."""
+    root = tmp_path / "index"
+    for name, version, requires in (
+        ("torch", "2.9.1+cpu", ["filelock"]),
+        ("torchvision", "0.24.1+cpu", ["torch==2.9.1"]),
+    ):
+        (root / "simple" / name).mkdir(parents=True)
+        built = wheel(root / "simple" / name, name, version, requires)
+        (root / "simple" / name / "index.html").write_text(f'<a href="{built.name}">{built.name}</a>\n')
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1", "--directory", str(root)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        url = f"http://127.0.0.1:{port}/simple"
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                urllib.request.urlopen(f"{url}/torch/", timeout=2).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline and server.poll() is None, "the local index did not start"
+                time.sleep(0.1)
+        yield url
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+
+
+def test_torch_says_it_is_the_cuda_build_and_the_cpu_build_comes_from_its_own_index_everywhere(
+    tmp_path, bare_python, torch_cpu_index
+):
+    url = torch_cpu_index
+    root = bake("Object Detection", tmp_path / "engine")
+    added = deps(bare_python, root, "add", "torchvision==0.24.1")
+    assert added.returncode == 0, added.stdout + added.stderr
+    cuda = [n for n in read_pins(root / "constraints.txt") if n.startswith(("nvidia-", "cuda-")) or n == "triton"]
+    assert "triton" in cuda and len(cuda) > 10, "PyPI's Linux torch is the CUDA build"
+    assert (
+        f"torch: {read_pins(root / 'constraints.txt')['torch']} is PyPI's Linux build, the CUDA one: it brings"
+        f" {len(cuda) - 1} CUDA packages (nvidia-*, cuda-*) and triton, several GB in the image" in added.stdout
+    )
+    assert "`PYTHONPATH=src python -m chariot_support.dev.deps lock --torch cpu`" in added.stdout
+
+    cpu = deps(bare_python, root, "lock", "--torch", "cpu", env={"CHARIOT_TORCH_INDEX": url})
+    assert cpu.returncode == 0, cpu.stdout + cpu.stderr
+    pins = read_pins(root / "constraints.txt")
+    assert pins["torch"] == "torch==2.9.1+cpu" and pins["torchvision"] == "torchvision==0.24.1+cpu"
+    assert not [n for n in pins if n.startswith(("nvidia-", "cuda-")) or n == "triton"], "CUDA packages stayed"
+    assert f"torch: torch==2.9.1+cpu, PyTorch's CPU-only build from {url}" in cpu.stdout
+    assert "added torch==2.9.1 to pyproject.toml" in cpu.stdout, "uv routes only what pyproject.toml lists itself"
+    project = tomllib.loads((root / "pyproject.toml").read_text())
+    assert project["tool"]["uv"]["index"] == [{"name": "pytorch-cpu", "url": url, "explicit": True}]
+    assert project["tool"]["uv"]["sources"]["torch"] == {"index": "pytorch-cpu"}
+
+    # The image's installs and the README's take the CPU build from that index: 2.9.1+cpu is only there.
+    environment = tmp_path / "venv"
+    venv.EnvBuilder(with_pip=False).create(environment)
+    env = uv_on_path({"VIRTUAL_ENV": str(environment)})
+    env.pop("PYTHONPATH", None)
+    installs = [*uv_installs(parse_dockerfile((root / "Dockerfile").read_text())), shlex.split(REINSTALL)]
+    for command in installs:
+        run = subprocess.run([*command, "--dry-run"], cwd=root, env=env, capture_output=True, text=True, timeout=300)
+        assert run.returncode == 0, f"{shlex.join(command)}:\n{run.stderr[-3000:]}"
+        assert " + torch==2.9.1+cpu" in run.stderr and "nvidia" not in run.stderr, shlex.join(command)
+
+    back = deps(bare_python, root, "lock", "--torch", "cuda")
+    assert back.returncode == 0, back.stdout + back.stderr
+    pins = read_pins(root / "constraints.txt")
+    assert pins["torch"] == "torch==2.9.1" and "triton" in pins, "--torch cuda goes back to PyPI's build"
+    assert "sources" not in tomllib.loads((root / "pyproject.toml").read_text())["tool"]["uv"]
+    assert "torch: torch==2.9.1, PyPI's build: on Linux the CUDA one" in back.stdout

@@ -1,6 +1,8 @@
 """Dependencies of an engine: a second OpenCV beside the headless one is found and named with what brought it, in an
-environment and in a resolution; a dependency is added to pyproject.toml, and a package left out of every install,
-without disturbing the file; uv's output is read for pins, what requires them and the pins in a conflict's way."""
+environment and in a resolution; a dependency is added to pyproject.toml, a package left out of every install, an
+over-tight pin overridden (the engine's ranges kept) and torch routed to its CPU index and back, without disturbing
+the file; the image's Python and platform are read from the Dockerfile; uv's output is read for pins, what requires
+them and the pins in a conflict's way."""
 
 import os
 import subprocess
@@ -8,18 +10,26 @@ import sys
 from pathlib import Path
 
 import pytest
+import tomllib
 
 from chariot_support.dev.deps import (
+    PYTORCH_CPU_INDEX,
     Resolution,
     add_dependency,
     exclude,
     excluded,
+    image_target,
     main,
     opencv_conflicts,
+    overridden,
+    override,
     parse_resolution,
     pins_in_the_way,
     read_pins,
+    route_torch,
     second_opencvs,
+    template_dependencies,
+    torch_index,
 )
 from template_paths import SUPPORT_SRC
 
@@ -79,6 +89,7 @@ dependencies = [
     # a comment the file keeps
     "numpy>=2.4,<2.5",
     # The template's dependencies end here. Your model's go below this comment.
+    "six==1.17.0",
 ]
 
 [project.optional-dependencies]
@@ -90,10 +101,13 @@ def test_dependencies_are_added_below_the_templates_in_order(tmp_path):
     pyproject = tmp_path / "pyproject.toml"
     pyproject.write_text(PYPROJECT)
     assert add_dependency(pyproject, "onnxruntime==1.32.0")
-    assert add_dependency(pyproject, "six==1.17.0")
-    ours = '    "onnxruntime==1.32.0",\n    "six==1.17.0",\n'
-    assert pyproject.read_text() == PYPROJECT.replace("below this comment.\n]", f"below this comment.\n{ours}]")
+    assert add_dependency(pyproject, "torch==2.9.1")
+    ours = '    "onnxruntime==1.32.0",\n    "torch==2.9.1",\n'
+    assert pyproject.read_text() == PYPROJECT.replace('"six==1.17.0",\n]', f'"six==1.17.0",\n{ours}]')
     assert not add_dependency(pyproject, "ONNXRuntime>=1"), "already there, whatever its spelling"
+    assert template_dependencies(pyproject) == ["mlserver==1.7.1", "numpy>=2.4,<2.5"], (
+        "the user's are not the template's"
+    )
 
 
 def test_packages_are_left_out_in_the_tool_uv_table_keeping_the_file(tmp_path):
@@ -186,3 +200,64 @@ def test_pins_are_read_from_constraints(tmp_path):
     constraints = tmp_path / "constraints.txt"
     constraints.write_text("# header\nnumpy==2.4.6\nPyYAML==6.0.3  # a comment\n\n")
     assert read_pins(constraints) == {"numpy": "numpy==2.4.6", "pyyaml": "PyYAML==6.0.3"}
+
+
+def test_the_old_module_name_runs_the_command_and_names_the_new_one():
+    env = {**os.environ, "PYTHONPATH": str(SUPPORT_SRC)}
+    old = subprocess.run(
+        [sys.executable, "-m", "chariot_support.deps", "bogus"], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert old.returncode == 2 and "Traceback" not in old.stderr, old.stderr
+    assert old.stderr.startswith("chariot_support.deps is now chariot_support.dev.deps: run `python -m")
+    assert "invalid choice: 'bogus'" in old.stderr, "the new command ran, with the arguments given"
+
+
+def test_an_override_keeps_the_engines_own_ranges_beside_it(tmp_path):
+    pyproject = tmp_path / "pyproject.toml"
+    pyproject.write_text(PYPROJECT + "\n[tool.uv]\nexclude-dependencies = []\noverride-dependencies = []\n")
+    mlservers = ["protobuf (>=5.27.2,<7.0.0)", "numpy", 'uvloop ; sys_platform != "win32"']
+    written = override(pyproject, ["numpy", "torch>=2.5", "protobuf<6"], mlservers)
+    assert written == ["numpy>=2.4,<2.5", "torch>=2.5", "protobuf<6,>=5.27.2,<7.0.0"]
+    assert override(pyproject, ["Torch>=2.6"], mlservers) == ["torch>=2.6"], "a second override of torch replaces it"
+    assert overridden(pyproject) == ["numpy>=2.4,<2.5", "protobuf<6,>=5.27.2,<7.0.0", "torch>=2.6"]
+    assert pyproject.read_text().startswith(PYPROJECT + "\n[tool.uv]\nexclude-dependencies = []\noverride-dependencies")
+
+
+def test_torch_is_routed_to_the_cpu_index_and_back_leaving_the_rest_of_the_file(tmp_path):
+    pyproject = tmp_path / "pyproject.toml"
+    original = PYPROJECT + '\n[tool.uv]\nexclude-dependencies = []\n\n[tool.cruft]\nskip = ["a"]\n'
+    pyproject.write_text(original)
+    assert torch_index(pyproject) is None
+    route_torch(pyproject, PYTORCH_CPU_INDEX)
+    route_torch(pyproject, "http://127.0.0.1:9/simple")  # again: replaced, not repeated
+    uv = tomllib.loads(pyproject.read_text())["tool"]["uv"]
+    assert uv["index"] == [{"name": "pytorch-cpu", "url": "http://127.0.0.1:9/simple", "explicit": True}]
+    assert uv["sources"] == {name: {"index": "pytorch-cpu"} for name in ("torch", "torchvision", "torchaudio")}
+    assert torch_index(pyproject) == "http://127.0.0.1:9/simple" and uv["exclude-dependencies"] == []
+    route_torch(pyproject, None)
+    assert pyproject.read_text() == original and torch_index(pyproject) is None
+    pyproject.write_text(original + '\n[tool.uv.sources]\nsix = { path = "six" }\n')
+    with pytest.raises(SystemExit, match=r"has a \[tool.uv.sources\] table of its own"):
+        route_torch(pyproject, PYTORCH_CPU_INDEX)
+
+
+@pytest.mark.parametrize(
+    ("base", "python", "platform"),
+    [
+        ("FROM python:3.12-slim-bookworm AS build", "3.12", "x86_64-manylinux_2_36"),
+        ("FROM docker.io/library/python:3.11.9-slim-bullseye", "3.11", "x86_64-manylinux_2_31"),
+        ("FROM --platform=linux/amd64 python:3.13-slim-trixie", "3.13", "x86_64-manylinux_2_40"),
+    ],
+)
+def test_the_image_python_and_platform_come_from_the_dockerfiles_base(tmp_path, base, python, platform):
+    (tmp_path / "Dockerfile").write_text(f"# the image\n{base}\nRUN true\n")
+    target = image_target(tmp_path)
+    assert (target.python, target.platform) == (python, platform)
+    assert target.described.startswith(f"linux x86_64 (manylinux_2_{platform[-2:]}), Python {python}: the image's")
+
+
+def test_without_a_python_base_the_lock_says_it_resolves_for_this_python(tmp_path):
+    (tmp_path / "Dockerfile").write_text("FROM nvidia/cuda:12.4.1-runtime-ubuntu22.04\n")
+    target = image_target(tmp_path)
+    assert target.python == f"{sys.version_info.major}.{sys.version_info.minor}"
+    assert "the Dockerfile names no python:X.Y-slim-<release> base" in target.described

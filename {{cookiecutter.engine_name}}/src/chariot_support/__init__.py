@@ -91,6 +91,14 @@ class _MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
             stacklevel=2,
         )
 
+    def get_code(self, fullname: str) -> types.CodeType:
+        """`python -m chariot_support.deps ...` (runpy asks for the code to run): run the new name, saying it."""
+        moved_to = f"{__name__}.{MOVED[fullname.partition('.')[2]]}"
+        said = f"{fullname} is now {moved_to}: run `python -m {moved_to}`"
+        source = f"import runpy, sys\nprint({said!r}, file=sys.stderr)\n"
+        source += f"runpy.run_module({moved_to!r}, run_name='__main__', alter_sys=True)\n"
+        return compile(source, fullname, "exec")
+
 
 if not any(isinstance(finder, _MovedModules) for finder in sys.meta_path):
     sys.meta_path.append(_MovedModules())

@@ -1,0 +1,5 @@
+import sys
+
+from chariot_support.dev.deps.cli import main
+
+sys.exit(main())

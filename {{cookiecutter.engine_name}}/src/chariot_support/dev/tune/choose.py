@@ -119,7 +119,7 @@ def choose(points: list[Point], p99_ms: float | None = None) -> Choice:
     elif defaults:
         base = max(defaults, key=lambda p: p.rps)
         why += (
-            f" The defaults, under the same bound, served {base.rps:.1f} requests/s (at {base.clients} client{"s" if base.clients > 1 else ""}):"
+            f" The defaults, under the same bound, served {base.rps:.1f} requests/s (at {base.clients} client{'s' if base.clients > 1 else ''}):"
             f" {best.rps / base.rps:.2f}x as many with these settings."
         )
     else:

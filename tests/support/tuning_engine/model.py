@@ -1,19 +1,21 @@
 """Three detectors whose best settings are known, each answering every picture with one box:
 
 - Sleeper: not thread-safe, waits 20 ms outside the GIL per call (a network call, a device): more copies help.
-- GilHolder: thread-safe, but spends 8 ms of pure-Python work holding the GIL per call: more threads do not help,
+- GilHolder: thread-safe, but spends 15 ms of pure-Python work holding the GIL per call: more threads do not help,
   worker processes do, one per core.
 - OneDevice: 20 ms a call whatever the number of images, one call at a time on the whole machine (a lock file in
   MODEL_DIR stands for a GPU): only batching across requests helps.
+
+And Fussy, which cannot be tuned: it refuses pictures narrower than 100 pixels (a 400) and fails on the rest.
 """
 
 import fcntl
 import time
 
-from chariot_support import ChariotModel, Detection, TaskType
+from chariot_support import BadRequest, ChariotModel, Detection, TaskType
 
 CALL_SECONDS = 0.02
-GIL_SECONDS = 0.008
+GIL_SECONDS = 0.015
 
 
 def boxes(images):
@@ -54,4 +56,14 @@ class OneDevice(ChariotModel):
         return boxes(images)
 
 
-MODELS = {"sleeper": Sleeper, "gil": GilHolder, "batch": OneDevice}
+class Fussy(ChariotModel):
+    task_type = TaskType.OBJECT_DETECTION
+
+    def predict(self, images, tensors):
+        for image in images:
+            if image.width < 100:
+                raise BadRequest(f"{image.name} is {image.width} pixels wide; this model takes 100 or more")
+        raise RuntimeError("the model's weights are missing")
+
+
+MODELS = {"sleeper": Sleeper, "gil": GilHolder, "batch": OneDevice, "fussy": Fussy}

@@ -91,21 +91,24 @@ class Candidate:
         return not self.env
 
 
-def candidates(served: Served, cpus: int, gpus: int = 0) -> list[Candidate]:
+def candidates(
+    served: Served, cpus: int, gpus: int = 0, *, engine_mb: float = 0, memory_mb: float = 0
+) -> list[Candidate]:
     """What to try after the defaults (`served`: how the engine serves with them), most promising first:
 
-    - a thread-safe model: more threads than cores (a predict that waits outside the GIL: I/O, a GPU, native code
-      that releases it), one thread (a predict that holds the GIL gains nothing from more, and waits less);
+    - a thread-safe model: four threads per core (a predict that waits outside the GIL: I/O, a device, native code
+      that releases it);
     - a model that is not thread-safe: a copy per core, and four per core (copies waiting outside the GIL);
     - worker processes, one per core with one thread each (a predict that holds the GIL: only processes run it on
       several cores at once);
     - batching across requests (a call whose cost hardly grows with its images: GPUs above all).
 
-    The defaults come first; settings that work out the same as one already listed are left out."""
+    The defaults come first; settings that work out the same as one already listed are left out, and so are those
+    whose copies of the engine (`engine_mb` each, as it started) would take more than half of `memory_mb`."""
     many = 4 * cpus
     tried: list[Candidate] = [Candidate()]
     if served.thread_safe:
-        tried += [Candidate(threads=many), Candidate(threads=1)]
+        tried.append(Candidate(threads=many))
     else:
         tried += [Candidate(threads=max(cpus, served.threads), copies=cpus), Candidate(threads=many, copies=many)]
     if cpus > 1 and not gpus:  # a GPU model is kept in one process (each worker would load it again)
@@ -115,7 +118,9 @@ def candidates(served: Served, cpus: int, gpus: int = 0) -> list[Candidate]:
     unique, seen = [], set()
     for each in tried:
         key = resolved(each, served, cpus)
-        if key not in seen:
+        threads, copies, workers, _ = key
+        too_big = memory_mb and max(1, workers) * copies * engine_mb > memory_mb / 2
+        if key not in seen and not (too_big and not each.is_default):
             seen.add(key)
             unique.append(each)
     return unique

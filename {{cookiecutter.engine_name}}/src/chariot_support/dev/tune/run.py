@@ -165,7 +165,9 @@ def tune(plan: Plan) -> Tuning:
         served, model = Served.from_log(log), model_name(log)
         path = f"/v2/models/{model}/infer"
         bodies = check_pictures(engine.http_port, path, plan.pictures)
-        everything = candidates(served, cpus, gpus)
+        engine_mb = machine.peak_rss_mb(machine.process_tree(engine.process.pid))
+        memory_mb = machine.describe()["memory_gib"] * 1024
+        everything = candidates(served, cpus, gpus, engine_mb=engine_mb, memory_mb=memory_mb)
         levels = plan.levels or concurrency_levels(served, cpus)
         count, seconds = quick_plan(plan.budget_s, startup, len(everything), len(levels))
         tried, left_out = everything[:count], everything[count:]

@@ -99,9 +99,9 @@ def candidates(
     - a thread-safe model: four threads per core (a predict that waits outside the GIL: I/O, a device, native code
       that releases it);
     - a model that is not thread-safe: a copy per core, and four per core (copies waiting outside the GIL);
+    - batching across requests (a call whose cost hardly grows with its images: GPUs above all);
     - worker processes, one per core with one thread each (a predict that holds the GIL: only processes run it on
-      several cores at once);
-    - batching across requests (a call whose cost hardly grows with its images: GPUs above all).
+      several cores at once), last: they cost the model's memory again in each, and the longest start.
 
     The defaults come first; settings that work out the same as one already listed are left out, and so are those
     whose copies of the engine (`engine_mb` each, as it started) would take more than half of `memory_mb`."""
@@ -111,10 +111,10 @@ def candidates(
         tried.append(Candidate(threads=many))
     else:
         tried += [Candidate(threads=max(cpus, served.threads), copies=cpus), Candidate(threads=many, copies=many)]
-    if cpus > 1 and not gpus:  # a GPU model is kept in one process (each worker would load it again)
-        tried.append(Candidate(threads=1, workers=cpus, copies=None if served.thread_safe else 1))
     batch = 16 if gpus else max(4, many)
     tried.append(Candidate(batch=batch, batch_wait_ms=BATCH_WAIT_MS))
+    if cpus > 1 and not gpus:  # a GPU model is kept in one process (each worker would load it again)
+        tried.append(Candidate(threads=1, workers=cpus, copies=None if served.thread_safe else 1))
     unique, seen = [], set()
     for each in tried:
         key = resolved(each, served, cpus)

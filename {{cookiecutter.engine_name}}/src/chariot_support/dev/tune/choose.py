@@ -43,16 +43,21 @@ class Point:
         return not self.errors and self.rps > 0 and math.isfinite(self.p99_ms)
 
 
-def quick_plan(budget_s: float, startup_s: float, candidates: int, levels: int) -> tuple[int, float]:
-    """How many of the candidates (most promising first, the defaults among them) the quick pass can measure, and
-    for how many seconds each level: its share of the budget shared out, down to MIN_SECONDS a level; past that,
-    fewer candidates (at least two: the defaults and one other)."""
+def warmup_s(seconds: float) -> float:
+    """Seconds of load before a measurement of `seconds` starts counting."""
+    return min(0.5, seconds / 3)
+
+
+def quick_plan(budget_s: float, startup_s: float, candidates: int, levels: int) -> float:
+    """Seconds to measure each level in the quick pass: its share of the budget shared out over every candidate and
+    level, at least MIN_SECONDS (with too little time, the last candidates are then left out: `fits`)."""
     share = budget_s * QUICK_SHARE
-    for count in range(candidates, 1, -1):
-        seconds = (share - count * startup_s) / (count * levels)
-        if seconds >= MIN_SECONDS:
-            return count, seconds
-    return min(candidates, 2), MIN_SECONDS
+    return max(MIN_SECONDS, (share - candidates * startup_s) / (candidates * levels) - warmup_s(MIN_SECONDS))
+
+
+def fits(elapsed_s: float, budget_s: float, startup_s: float, levels: int, seconds: float, measured: int) -> bool:
+    """Whether one more candidate fits in what is left of the budget (the defaults and one other always do)."""
+    return measured < 2 or elapsed_s + startup_s + levels * (seconds + warmup_s(seconds)) <= budget_s
 
 
 def long_plan(left_s: float, startup_s: float, levels: int, quick_seconds: float, candidates: int) -> tuple[int, float]:

@@ -18,7 +18,7 @@ from pathlib import Path
 from chariot_support.dev.testing import EngineDidNotStart, run_engine
 from chariot_support.dev.tune import machine
 from chariot_support.dev.tune.candidates import TUNED, Candidate, Served, candidates, concurrency_levels
-from chariot_support.dev.tune.choose import Point, long_plan, quick_plan, ranked, too_busy
+from chariot_support.dev.tune.choose import Point, fits, long_plan, quick_plan, ranked, too_busy, warmup_s
 from chariot_support.dev.tune.load import Refused, drive, request_body, send, summary_errors
 
 
@@ -122,7 +122,7 @@ def measure(
     own = os.getpid()
     pids = machine.process_tree(engine.process.pid)
     machine.reset_peak_rss(pids)
-    warmup = min(0.5, seconds / 3)
+    warmup = warmup_s(seconds)
     probe = machine.LoadProbe(lambda: [*machine.process_tree(engine.process.pid), own])
     cpu_before, mine_before = machine.cpu_seconds(pids), time.process_time()
     probe.start()
@@ -169,8 +169,7 @@ def tune(plan: Plan) -> Tuning:
         memory_mb = machine.describe()["memory_gib"] * 1024
         everything = candidates(served, cpus, gpus, engine_mb=engine_mb, memory_mb=memory_mb)
         levels = plan.levels or concurrency_levels(served, cpus)
-        count, seconds = quick_plan(plan.budget_s, startup, len(everything), len(levels))
-        tried, left_out = everything[:count], everything[count:]
+        seconds = quick_plan(plan.budget_s, startup, len(everything), len(levels))
         for clients in levels:
             progress.show(f"defaults, {clients} client(s)")
             points.append(measure(engine, path, bodies, Candidate(), clients, seconds, "quick"))
@@ -178,13 +177,23 @@ def tune(plan: Plan) -> Tuning:
     def pass_over(chosen: list[Candidate], each_s: float, phase: str) -> None:
         for candidate in chosen:
             progress.show(f"{phase}: starting {candidate.label}")
+            began = time.monotonic()
             with started(plan, candidate) as running:
                 for clients in levels:
                     progress.show(f"{phase}: {candidate.label}, {clients} client(s)")
                     points.append(measure(running, path, bodies, candidate, clients, each_s, phase))
+            # What a candidate costs beyond its measuring: its engine's start and stop.
+            overheads.append(time.monotonic() - began - len(levels) * (each_s + warmup_s(each_s)))
 
-    pass_over(tried[1:], seconds, "quick")
-    keep, longer = long_plan(plan.budget_s - progress.elapsed(), startup, len(levels), seconds, len(tried))
+    tried, left_out, overheads = [everything[0]], [], [startup]
+    for candidate in everything[1:]:  # each while the budget allows: the slowest start so far, and the levels
+        if fits(progress.elapsed(), plan.budget_s, max(overheads), len(levels), seconds, len(tried)):
+            tried.append(candidate)
+            pass_over([candidate], seconds, "quick")
+        else:
+            left_out.append(candidate)
+    left = plan.budget_s - progress.elapsed()
+    keep, longer = long_plan(left, max(overheads), len(levels), seconds, len(tried))
     pass_over(ranked(points)[:keep], longer, "long")
     progress.close()
     others = statistics.median(p.others_cpus for p in points)

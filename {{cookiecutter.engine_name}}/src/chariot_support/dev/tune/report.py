@@ -127,7 +127,8 @@ def write(
             f"- per replica: CPU {sizing.cpu} (what the engine kept busy at that load), memory request"
             f" {sizing.memory_request} and limit {sizing.memory_limit} (peak RSS {choice.point.peak_rss_mb:.0f} MiB"
             " with a quarter and a half more)",
-            f"- {sizing.concurrency} requests at once per replica (KServe's containerConcurrency)",
+            f"- {sizing.concurrency} request{'s' if sizing.concurrency > 1 else ''} at once per replica (KServe's"
+            " containerConcurrency: the clients at once it was measured with)",
             "",
             f"A merge patch for {where} (kserve-patch.yaml; `kubectl patch inferenceservice NAME --type merge"
             " --patch-file kserve-patch.yaml`):",

@@ -19,7 +19,7 @@ import requests
 import yaml
 
 from chariot_support.dev.testing import run_engine
-from chariot_support.dev.tune import machine
+from chariot_support.dev.tune import machine, report
 from chariot_support.dev.tune.candidates import TUNED, Candidate, Served, candidates, settings_env
 from chariot_support.dev.tune.choose import Point, choose, fits, long_plan, quick_plan, ranked, size, too_busy
 from chariot_support.dev.tune.load import Refused, picture_files
@@ -170,6 +170,16 @@ def test_a_latency_budget_moves_the_choice_and_one_none_meets_is_refused():
         choose(TABLE, p99_ms=10)
     with pytest.raises(Refused, match="no setting served the pictures without errors \\(HTTP 503"):
         choose([point({}, 1, 10, 5, errors=2)])
+
+
+def test_a_setting_the_engine_cannot_start_with_is_a_row_of_the_table_never_the_choice():
+    failed = Point.failed(Candidate(workers=2, threads=1), "quick", "worker 1 died at start-up")
+    table = [*TABLE, failed]
+    assert choose(table).point.candidate == Candidate(copies=8, threads=8)
+    assert Candidate(workers=2, threads=1) in ranked(TABLE) and failed.candidate not in ranked(TABLE[:4] + [failed])
+    assert "| threads=1 workers=2 | quick | 0 | 0.0 | - | - | - | - | - | - | worker 1 died at start-up | - |" in (
+        report.table(table)
+    )
 
 
 def test_a_longer_measurement_stands_over_the_quick_one():
@@ -338,13 +348,13 @@ def test_the_demo_is_tuned_and_every_output_is_written(tmp_path):
     )
     out = tmp_path / "out"
     assert run.returncode == 0, run.stderr[-3000:]
-    report = (out / "report.md").read_text()
+    written = (out / "report.md").read_text()
     for heading in ("## Recommendation", "## Deployment for 500 requests/s", "## Every setting measured"):
-        assert heading in report
-    assert "Model: m-demo (thread-safe)" in report and f"{machine.usable_cpus()} usable CPUs" in report
-    assert "Pictures: 2 from" in report and "(scene.png, shapes.jpg)" in report
+        assert heading in written
+    assert "Model: m-demo (thread-safe)" in written and f"{machine.usable_cpus()} usable CPUs" in written
+    assert "Pictures: 2 from" in written and "(scene.png, shapes.jpg)" in written
     rows = [
-        line for line in report.splitlines() if line.startswith("| ") and not line.startswith(("| ---", "| setting"))
+        line for line in written.splitlines() if line.startswith("| ") and not line.startswith(("| ---", "| setting"))
     ]
     assert (
         len(rows) >= 4

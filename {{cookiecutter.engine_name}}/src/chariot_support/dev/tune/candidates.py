@@ -42,7 +42,7 @@ class Served:
             if isinstance(fields, dict) and "thread_safe" in fields:
                 names = ("workers", "threads", "copies", "thread_safe", "max_batch_size", "max_batch_wait_ms")
                 return cls(**{name: fields.get(name) for name in names})
-        raise LookupError("the engine's log holds no settings line (is CHARIOT_LOG_LEVEL above INFO?)")
+        raise LookupError("the engine's log holds no settings line")
 
     @property
     def calls_at_once(self) -> int:

@@ -34,6 +34,12 @@ class Point:
     others_cpus: float  # CPUs the rest of the machine kept busy meanwhile
     requests: int = 0
 
+    @classmethod
+    def failed(cls, candidate: Candidate, phase: str, why: str) -> Point:
+        """A setting the engine could not be measured with (it did not start), for the table."""
+        nan = float("nan")
+        return cls(candidate, 0, phase, 0.0, nan, nan, nan, nan, None, 1, why, nan)
+
     @property
     def cpu_ms_per_request(self) -> float:
         return self.cpus_busy * 1000 / self.rps if self.rps else float("nan")
@@ -71,12 +77,12 @@ def long_plan(left_s: float, startup_s: float, levels: int, quick_seconds: float
 
 
 def ranked(points: list[Point]) -> list[Candidate]:
-    """The candidates by the best throughput any of their levels reached without an error, best first."""
+    """The candidates by the best throughput any of their levels reached without an error, best first (those with
+    no such level left out)."""
     best: dict[Candidate, float] = {}
     for point in points:
-        best.setdefault(point.candidate, 0.0)
         if point.usable:
-            best[point.candidate] = max(best[point.candidate], point.rps)
+            best[point.candidate] = max(best.get(point.candidate, 0.0), point.rps)
     return sorted(best, key=lambda c: -best[c])
 
 

@@ -88,9 +88,9 @@ def model_name(log: str) -> str:
 def started(plan: Plan, candidate: Candidate):
     """The engine with the candidate's settings, ready, and stopped afterwards; a Refused when it will not start."""
     try:
-        with run_engine(
-            plan.module, args=plan.args, env={**plan.env, **candidate.env}, unset=TUNED, timeout=300
-        ) as engine:
+        # INFO at least: the settings line says how the engine serves.
+        env = {**plan.env, "CHARIOT_LOG_LEVEL": "INFO", **candidate.env}
+        with run_engine(plan.module, args=plan.args, env=env, unset=TUNED, timeout=300) as engine:
             yield engine
     except EngineDidNotStart as failure:
         raise Refused(f"the engine did not start with {candidate.label}: its log ends\n{failure.log[-2000:]}") from None
@@ -162,7 +162,10 @@ def tune(plan: Plan) -> Tuning:
     with started(plan, Candidate()) as engine:
         startup = time.monotonic() - began
         log = engine.log()
-        served, model = Served.from_log(log), model_name(log)
+        try:
+            served, model = Served.from_log(log), model_name(log)
+        except LookupError as missing:
+            raise Refused(f"cannot tell how the engine serves: {missing}") from None
         path = f"/v2/models/{model}/infer"
         bodies = check_pictures(engine.http_port, path, plan.pictures)
         engine_mb = machine.peak_rss_mb(machine.process_tree(engine.process.pid))
@@ -178,10 +181,13 @@ def tune(plan: Plan) -> Tuning:
         for candidate in chosen:
             progress.show(f"{phase}: starting {candidate.label}")
             began = time.monotonic()
-            with started(plan, candidate) as running:
-                for clients in levels:
-                    progress.show(f"{phase}: {candidate.label}, {clients} client(s)")
-                    points.append(measure(running, path, bodies, candidate, clients, each_s, phase))
+            try:
+                with started(plan, candidate) as running:
+                    for clients in levels:
+                        progress.show(f"{phase}: {candidate.label}, {clients} client(s)")
+                        points.append(measure(running, path, bodies, candidate, clients, each_s, phase))
+            except Refused as failure:  # a setting the engine cannot start with is a finding, not the end
+                points.append(Point.failed(candidate, phase, failure.reason.strip().splitlines()[-1][:300]))
             # What a candidate costs beyond its measuring: its engine's start and stop.
             overheads.append(time.monotonic() - began - len(levels) * (each_s + warmup_s(each_s)))
 
@@ -196,7 +202,7 @@ def tune(plan: Plan) -> Tuning:
     keep, longer = long_plan(left, max(overheads), len(levels), seconds, len(tried))
     pass_over(ranked(points)[:keep], longer, "long")
     progress.close()
-    others = statistics.median(p.others_cpus for p in points)
+    others = statistics.median(p.others_cpus for p in points if p.usable)
     if reason := too_busy(others, cpus, most):
         raise Refused(reason, points)
     return Tuning(served, model, points, tried, left_out, startup, others, levels, progress.elapsed())

@@ -42,7 +42,7 @@ def ticks(top: float) -> list[float]:
 def draw(points: list[Point], chosen: Point | None, bound_ms: float | None, title: str, path: Path) -> None:
     """Write the chart to `path` (PNG); with no usable point, a chart that says so."""
     image = np.full((HEIGHT, WIDTH, 3), 255, np.uint8)
-    cv2.putText(image, title[:95], (LEFT, 35), FONT, 0.65, INK, 1, cv2.LINE_AA)
+    cv2.putText(image, title[:95], (LEFT, 28), FONT, 0.65, INK, 1, cv2.LINE_AA)
     shown = [p for p in final(points) if p.usable]
     x_ticks = ticks(max([p.p99_ms for p in shown] + [bound_ms or 0]) * 1.05)
     y_ticks = ticks(max([p.rps for p in shown], default=0) * 1.05)
@@ -93,11 +93,17 @@ def draw(points: list[Point], chosen: Point | None, bound_ms: float | None, titl
     note_y = y1 + 30 + 24 * len(settings)
     cv2.putText(image, "numbers by the dots: clients at once", (x1 + 20, note_y), FONT, 0.42, INK, 1, cv2.LINE_AA)
     if chosen is not None and chosen.usable:
-        centre = at(chosen.p99_ms, chosen.rps)
-        cv2.circle(image, centre, 14, (0, 0, 200), 2, cv2.LINE_AA)
-        label = f"recommended: {chosen.rps:.0f} req/s, p99 {chosen.p99_ms:.0f} ms"
-        where = (min(centre[0] + 18, x1 - 8 * len(label)), max(centre[1] - 18, y1 + 30))
-        cv2.putText(image, label, where, FONT, 0.5, (0, 0, 200), 1, cv2.LINE_AA)
+        red = (0, 0, 200)
+        cv2.circle(image, at(chosen.p99_ms, chosen.rps), 14, red, 2, cv2.LINE_AA)
+        cv2.circle(image, (x1 + 32, note_y + 36), 9, red, 2, cv2.LINE_AA)
+        lines = [
+            "recommended:",
+            chosen.candidate.label[:30],
+            f"{chosen.clients} client{'s' if chosen.clients > 1 else ''} at once",
+            f"{chosen.rps:.1f} req/s, p99 {chosen.p99_ms:.1f} ms",
+        ]
+        for n, text in enumerate(lines):
+            cv2.putText(image, text, (x1 + 52, note_y + 41 + 20 * n), FONT, 0.45, red, 1, cv2.LINE_AA)
     path.parent.mkdir(parents=True, exist_ok=True)
     if not cv2.imwrite(str(path), image):
         raise OSError(f"could not write {path}")

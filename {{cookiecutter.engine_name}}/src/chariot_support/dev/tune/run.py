@@ -202,7 +202,7 @@ def tune(plan: Plan) -> Tuning:
     keep, longer = long_plan(left, max(overheads), len(levels), seconds, len(tried))
     pass_over(ranked(points)[:keep], longer, "long")
     progress.close()
-    others = statistics.median(p.others_cpus for p in points if p.usable)
+    others = statistics.median([p.others_cpus for p in points if p.usable] or [0.0])
     if reason := too_busy(others, cpus, most):
         raise Refused(reason, points)
     return Tuning(served, model, points, tried, left_out, startup, others, levels, progress.elapsed())

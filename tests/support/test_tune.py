@@ -21,7 +21,17 @@ import yaml
 from chariot_support.dev.testing import run_engine
 from chariot_support.dev.tune import machine, report
 from chariot_support.dev.tune.candidates import TUNED, Candidate, Served, candidates, settings_env
-from chariot_support.dev.tune.choose import Point, choose, fits, long_plan, quick_plan, ranked, size, too_busy
+from chariot_support.dev.tune.choose import (
+    Point,
+    choose,
+    fits,
+    long_plan,
+    quick_plan,
+    ranked,
+    size,
+    too_busy,
+    too_slow,
+)
 from chariot_support.dev.tune.load import Refused, picture_files
 from chariot_support.dev.tune.run import Plan, check_pictures, tune
 from chariot_support.settings import EngineSettings
@@ -193,6 +203,11 @@ def test_the_time_budget_is_shared_between_the_passes():
     seconds = quick_plan(budget_s=180, startup_s=3, candidates=5, levels=3)
     assert 5 * 3 + 5 * 3 * (seconds + 0.2) == pytest.approx(180 * 0.55)
     assert quick_plan(budget_s=1, startup_s=3, candidates=5, levels=3) == 0.6  # never shorter
+    # A slow model: ten answers at least, one after another.
+    assert quick_plan(budget_s=180, startup_s=3, candidates=5, levels=3, request_s=2.5) == 25
+    reason = too_slow(budget_s=120, startup_s=9, levels=3, seconds=25, request_s=2.5)
+    assert "one request takes 2.50 s here" in reason and "give --minutes 3" in reason
+    assert too_slow(budget_s=180, startup_s=3, levels=3, seconds=2, request_s=0.01) is None
     # Another candidate while it fits in what is left; the defaults and one other whatever the budget.
     assert fits(elapsed_s=20, budget_s=30, startup_s=3, levels=3, seconds=1.5, measured=3)
     assert not fits(elapsed_s=25, budget_s=30, startup_s=3, levels=3, seconds=1.5, measured=3)

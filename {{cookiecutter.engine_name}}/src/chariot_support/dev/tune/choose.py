@@ -11,6 +11,7 @@ from chariot_support.dev.tune.candidates import Candidate
 from chariot_support.dev.tune.load import Refused
 
 MIN_SECONDS = 0.6  # the shortest measurement of one concurrency level worth taking
+MIN_ANSWERS = 10  # requests one client must at least get answered in one level's measurement
 QUICK_SHARE = 0.55  # of the budget, for measuring every candidate once
 LONG_KEEP = 3  # candidates measured again, longer
 HEADROOM = 0.75  # a replica is sized to run at this share of the throughput it was measured at
@@ -54,11 +55,27 @@ def warmup_s(seconds: float) -> float:
     return min(0.5, seconds / 3)
 
 
-def quick_plan(budget_s: float, startup_s: float, candidates: int, levels: int) -> float:
+def quick_plan(budget_s: float, startup_s: float, candidates: int, levels: int, request_s: float = 0.0) -> float:
     """Seconds to measure each level in the quick pass: its share of the budget shared out over every candidate and
-    level, at least MIN_SECONDS (with too little time, the last candidates are then left out: `fits`)."""
+    level, at least MIN_SECONDS and MIN_ANSWERS requests of `request_s` one after another (with too little time, the
+    last candidates are then left out: `fits`)."""
     share = budget_s * QUICK_SHARE
-    return max(MIN_SECONDS, (share - candidates * startup_s) / (candidates * levels) - warmup_s(MIN_SECONDS))
+    shared = (share - candidates * startup_s) / (candidates * levels) - warmup_s(MIN_SECONDS)
+    return max(MIN_SECONDS, MIN_ANSWERS * request_s, shared)
+
+
+def too_slow(budget_s: float, startup_s: float, levels: int, seconds: float, request_s: float) -> str | None:
+    """Why the budget cannot compare even two settings (the defaults and one other) at every level, with the
+    minutes that would; None when it can."""
+    needed = 2 * (startup_s + levels * (seconds + warmup_s(seconds)))
+    if needed <= budget_s:
+        return None
+    return (
+        f"one request takes {request_s:.2f} s here, so comparing even two settings at {levels} concurrency"
+        f" level{'s' if levels > 1 else ''} ({MIN_ANSWERS} answers each at least) needs about"
+        f" {math.ceil(needed / 60)} minutes: give --minutes {math.ceil(needed / 60)}, or fewer levels with"
+        " --concurrency"
+    )
 
 
 def fits(elapsed_s: float, budget_s: float, startup_s: float, levels: int, seconds: float, measured: int) -> bool:

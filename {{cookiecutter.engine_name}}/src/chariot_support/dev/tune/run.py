@@ -18,7 +18,16 @@ from pathlib import Path
 from chariot_support.dev.testing import EngineDidNotStart, run_engine
 from chariot_support.dev.tune import machine
 from chariot_support.dev.tune.candidates import TUNED, Candidate, Served, candidates, concurrency_levels
-from chariot_support.dev.tune.choose import Point, fits, long_plan, quick_plan, ranked, too_busy, warmup_s
+from chariot_support.dev.tune.choose import (
+    Point,
+    fits,
+    long_plan,
+    quick_plan,
+    ranked,
+    too_busy,
+    too_slow,
+    warmup_s,
+)
 from chariot_support.dev.tune.load import Refused, drive, request_body, send, summary_errors
 
 
@@ -96,13 +105,15 @@ def started(plan: Plan, candidate: Candidate):
         raise Refused(f"the engine did not start with {candidate.label}: its log ends\n{failure.log[-2000:]}") from None
 
 
-def check_pictures(port: int, path: str, pictures: Sequence[Path]) -> list[bytes]:
-    """Each picture sent once: the request bodies, or a Refused naming the first the engine refused (4xx) or the
-    model failed on (5xx)."""
-    bodies = []
+def check_pictures(port: int, path: str, pictures: Sequence[Path]) -> tuple[list[bytes], float]:
+    """Each picture sent once: the request bodies and the median seconds one took, or a Refused naming the first the
+    engine refused (4xx) or the model failed on (5xx)."""
+    bodies, took = [], []
     for picture in pictures:
         body = request_body(picture)
+        sent = time.perf_counter()
         status, answer = send(port, path, body)
+        took.append(time.perf_counter() - sent)
         text = answer[:500].decode(errors="replace")
         if 400 <= status < 500:
             raise Refused(
@@ -112,7 +123,7 @@ def check_pictures(port: int, path: str, pictures: Sequence[Path]) -> list[bytes
         if status != 200:
             raise Refused(f"the model failed on {picture} (HTTP {status}: {text}); fix predict, then tune it")
         bodies.append(body)
-    return bodies
+    return bodies, statistics.median(took)
 
 
 def measure(
@@ -167,12 +178,14 @@ def tune(plan: Plan) -> Tuning:
         except LookupError as missing:
             raise Refused(f"cannot tell how the engine serves: {missing}") from None
         path = f"/v2/models/{model}/infer"
-        bodies = check_pictures(engine.http_port, path, plan.pictures)
+        bodies, request_s = check_pictures(engine.http_port, path, plan.pictures)
         engine_mb = machine.peak_rss_mb(machine.process_tree(engine.process.pid))
         memory_mb = machine.describe()["memory_gib"] * 1024
         everything = candidates(served, cpus, gpus, engine_mb=engine_mb, memory_mb=memory_mb)
         levels = plan.levels or concurrency_levels(served, cpus)
-        seconds = quick_plan(plan.budget_s, startup, len(everything), len(levels))
+        seconds = quick_plan(plan.budget_s, startup, len(everything), len(levels), request_s)
+        if reason := too_slow(plan.budget_s, startup, len(levels), seconds, request_s):
+            raise Refused(reason)
         for clients in levels:
             progress.show(f"defaults, {clients} client(s)")
             points.append(measure(engine, path, bodies, Candidate(), clients, seconds, "quick"))

@@ -366,7 +366,10 @@ def test_the_demo_is_tuned_and_every_output_is_written(tmp_path):
     written = (out / "report.md").read_text()
     for heading in ("## Recommendation", "## Deployment for 500 requests/s", "## Every setting measured"):
         assert heading in written
-    assert "Model: m-demo (thread-safe)" in written and f"{machine.usable_cpus()} usable CPUs" in written
+    assert (
+        "Model: m-demo: DemoDetector (Object Detection), thread-safe;" in written
+        and f"{machine.usable_cpus()} usable CPUs" in written
+    )
     assert "Pictures: 2 from" in written and "(scene.png, shapes.jpg)" in written
     rows = [
         line for line in written.splitlines() if line.startswith("| ") and not line.startswith(("| ---", "| setting"))

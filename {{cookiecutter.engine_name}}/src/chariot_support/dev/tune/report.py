@@ -87,7 +87,7 @@ def write(
         )
         lines.insert(
             3,
-            f"- Model: {about['model']} ({kind}); with its defaults the engine runs"
+            f"- Model: {about['model']}, {kind}; with its defaults the engine runs"
             f" {served.threads} threads in {'one process' if not served.workers else f'{served.workers} workers'}",
         )
     lines.append("")

@@ -49,7 +49,7 @@ class Tuning:
     """What a run found."""
 
     served: Served  # how the engine serves with its defaults
-    model: str  # the model's name in /v2/models/<name>/infer
+    model: str  # the model's name in /v2/models/<name>/infer, and its class and task
     points: list[Point]
     tried: list[Candidate]
     left_out: list[Candidate]  # candidates the time did not allow
@@ -81,16 +81,24 @@ class Progress:
             print(file=sys.stderr)
 
 
-def model_name(log: str) -> str:
-    """The model's name as the engine loaded it (`m-<id>`), from its log."""
+def model_name(log: str) -> tuple[str, str]:
+    """The model's name as the engine loaded it (`m-<id>`), and its class and task ("DemoDetector (Object
+    Detection)"), from its log."""
+    name, about = None, ""
     for line in log.splitlines():
         try:
-            name = json.loads(line).get("model")
-        except (ValueError, AttributeError):
+            record = json.loads(line)
+        except ValueError:
             continue
-        if isinstance(name, str) and name:
-            return name
-    raise LookupError("the engine's log does not name its model")
+        if not isinstance(record, dict):
+            continue
+        name = name or (record.get("model") if isinstance(record.get("model"), str) else None)
+        message = record.get("message", "")
+        if isinstance(message, str) and message.startswith("loaded ") and ")" in message:
+            about = message.removeprefix("loaded ").split(")", 1)[0] + ")"
+    if not name:
+        raise LookupError("the engine's log does not name its model")
+    return name, about
 
 
 @contextmanager
@@ -174,7 +182,7 @@ def tune(plan: Plan) -> Tuning:
         startup = time.monotonic() - began
         log = engine.log()
         try:
-            served, model = Served.from_log(log), model_name(log)
+            served, (model, about) = Served.from_log(log), model_name(log)
         except LookupError as missing:
             raise Refused(f"cannot tell how the engine serves: {missing}") from None
         path = f"/v2/models/{model}/infer"
@@ -218,7 +226,8 @@ def tune(plan: Plan) -> Tuning:
     others = statistics.median([p.others_cpus for p in points if p.usable] or [0.0])
     if reason := too_busy(others, cpus, most):
         raise Refused(reason, points)
-    return Tuning(served, model, points, tried, left_out, startup, others, levels, progress.elapsed())
+    described = f"{model}: {about}" if about else model
+    return Tuning(served, described, points, tried, left_out, startup, others, levels, progress.elapsed())
 
 
 def default_max_other_load(cpus: int) -> float:

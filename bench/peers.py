@@ -7,7 +7,7 @@ file each (`requirements-<peer>.txt`). Their venvs are made on first use under `
 
 The servers run one at a time, in an order that rotates from round to round, under the same load generator as the
 rest of the benchmark (`load.py`); before each run of a peer its answer to the scenario's body is checked against the
-engine's, and each run records how busy the machine was with anything else (`machine_load.py`).
+engine's, and each run records how busy the machine was with anything else (`chariot_support/dev/tune/machine.py`).
 """
 
 from __future__ import annotations

@@ -32,13 +32,22 @@ from pathlib import Path
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 PEER_SERVERS = BENCH / "peer_servers"  # demo_answer.py: the decode and answer the baseline and the floor share
-sys.path.insert(0, str(BENCH))
+SUPPORT_SRC = ROOT / "{{cookiecutter.engine_name}}" / "src"
+sys.path[:0] = [str(BENCH), str(SUPPORT_SRC)]
 
 from images import b64, image  # noqa: E402
-from machine_load import LoadProbe  # noqa: E402
 from report import summarise, table, write_chart, write_csv  # noqa: E402
 
-TICKS = os.sysconf("SC_CLK_TCK")
+# The process tree's CPU and memory, and the machine's other load: the engine's tuning tool measures them the same way.
+from chariot_support.dev.tune.machine import (  # noqa: E402
+    LoadProbe,
+    cpu_seconds,
+    describe,
+    peak_rss_mb,
+    process_tree,
+    reset_peak_rss,
+)
+
 PAGE = os.sysconf("SC_PAGE_SIZE")
 TASKS = {"detection": "Object Detection", "segmentation": "Image Segmentation"}
 
@@ -166,43 +175,16 @@ class Server:
 
     def pids(self) -> list[int]:
         """The server and any worker processes it started."""
-        found, todo = [], [self.process.pid]
-        while todo:
-            pid = todo.pop()
-            found.append(pid)
-            try:
-                for task in os.listdir(f"/proc/{pid}/task"):
-                    todo += [int(c) for c in Path(f"/proc/{pid}/task/{task}/children").read_text().split()]
-            except OSError:
-                pass
-        return found
+        return process_tree(self.process.pid)
 
     def cpu_seconds(self) -> float:
-        total = 0
-        for pid in self.pids():
-            try:
-                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            total += int(fields[11]) + int(fields[12])  # utime, stime
-        return total / TICKS
+        return cpu_seconds(self.pids())
 
     def reset_peak_rss(self) -> None:
-        for pid in self.pids():
-            try:
-                Path(f"/proc/{pid}/clear_refs").write_text("5")  # resets VmHWM to the current RSS
-            except OSError:
-                pass
+        reset_peak_rss(self.pids())
 
     def peak_rss_mb(self) -> float:
-        total = 0
-        for pid in self.pids():
-            try:
-                status = Path(f"/proc/{pid}/status").read_text()
-            except OSError:
-                continue
-            total += next(int(line.split()[1]) for line in status.splitlines() if line.startswith("VmHWM:"))
-        return total / 1024
+        return peak_rss_mb(self.pids())
 
     def stop(self) -> None:
         if self.process.poll() is None:
@@ -229,7 +211,7 @@ def measure(
 ) -> dict:
     """One run of the load on `server`; `head`, the length of the body's JSON when it is in the binary tensor data
     extension. With `machine_load`, the result also says how busy the machine was with anything but the server and
-    the load generator while the run lasted (`machine_load.py`)."""
+    the load generator while the run lasted (`chariot_support/dev/tune/machine.py`)."""
     target = server.infer_url if scenario.protocol == "rest" else f"127.0.0.1:{server.grpc}"
     command = [
         sys.executable,
@@ -350,14 +332,7 @@ def template_at(ref: str, out: Path) -> tuple[str, Path]:
 
 
 def machine() -> str:
-    model = next(
-        (
-            line.split(":", 1)[1].strip()
-            for line in Path("/proc/cpuinfo").read_text().splitlines()
-            if line.startswith("model name")
-        ),
-        platform.processor(),
-    )
+    model = describe()["cpu"]
     return f"{os.cpu_count()} CPUs ({model}), Python {platform.python_version()}, Linux {platform.release()}"
 
 

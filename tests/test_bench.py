@@ -5,7 +5,6 @@ import asyncio
 import base64
 import csv
 import json
-import os
 import py_compile
 import re
 import subprocess
@@ -25,7 +24,6 @@ JSON = {"Content-Type": "application/json"}
 sys.path.insert(0, str(BENCH))
 
 import load  # noqa: E402
-import machine_load  # noqa: E402
 import peers  # noqa: E402
 import report  # noqa: E402
 import run  # noqa: E402
@@ -216,31 +214,6 @@ def test_the_peers_shared_work_answers_what_the_baseline_finds(baseline):
     ]
     assert len(ours["outputs"][0]["data"][0]) >= 6
     peers.check_answer("the shared work", "t", theirs, ours)
-
-
-def test_the_machine_load_adds_up():
-    stat = "cpu  100 5 50 1000 20 3 2 1 0 0\ncpu0 50 2 25 500 10 1 1 0 0 0\n"
-    assert machine_load.machine_busy_ticks(stat) == 100 + 5 + 50 + 3 + 2 + 1  # idle and iowait are not busy
-    # Over 2 s the machine spent 3 CPU-seconds busy, the measured processes 2: others kept half a CPU busy.
-    ticks = machine_load.TICKS
-    assert machine_load.others_cpus(3 * ticks, 2 * ticks, 2.0) == pytest.approx(0.5)
-    assert machine_load.others_cpus(2 * ticks, 2 * ticks + 1, 2.0) == 0.0, "a tick read a moment apart is no load"
-    # A process that started in between counts from zero; one that ended drops out.
-    assert machine_load.ticks_between({1: 10, 2: 5}, {1: 25, 3: 4}) == 15 + 4
-
-
-def test_the_machine_load_probe_counts_a_measured_process_as_its_own_and_another_as_others():
-    spin = "import time\nend = time.process_time() + 0.6\nwhile time.process_time() < end: pass\n"
-    measured = subprocess.Popen([sys.executable, "-c", spin])
-    probe = machine_load.LoadProbe(lambda: [measured.pid], interval=0.1)
-    probe.start()
-    first = machine_load.process_ticks([measured.pid])
-    measured.wait(30)
-    load = probe.stop(measured_seconds=sum(first.values()) / machine_load.TICKS + 0.6)
-    assert load["load_samples"] >= 3 and load["load_1m"] >= 0
-    # The spinning process is the measured one: what is left is the rest of the machine (the other engineer's
-    # work included), not the core it kept busy.
-    assert 0 <= load["others_cpus_run"] < (os.cpu_count() or 1)
 
 
 def test_each_peer_lock_pins_every_package_and_the_peer_and_the_demos_needs_at_the_engines_versions():

@@ -297,14 +297,16 @@ def run_engine(
     timeout: float = 90.0,
     args: Sequence[str] = (),
     loading: bool = False,
+    unset: Sequence[str] = (),
     **popen: Any,
 ) -> Iterator[RunningEngine]:
     """Start `python -m package *args` on free 127.0.0.1 ports, wait until it is ready (with `loading`, only until
-    its REST server answers, while the model may still load), and stop it afterwards. `popen` goes to
+    its REST server answers, while the model may still load), and stop it afterwards. The engine inherits this
+    process's environment, less the variables named in `unset`, with `env` over it. `popen` goes to
     subprocess.Popen (cwd, user, group...)."""
     ports = free_ports(3)
     environment = {
-        **os.environ,
+        **{key: value for key, value in os.environ.items() if key not in unset},
         "MLSERVER_HOST": "127.0.0.1",
         "MLSERVER_HTTP_PORT": str(ports[0]),
         "MLSERVER_GRPC_PORT": str(ports[1]),

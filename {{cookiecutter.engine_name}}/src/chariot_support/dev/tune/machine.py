@@ -1,4 +1,5 @@
-"""How busy the machine was while a run was measured, apart from the run itself.
+"""The machine a run is measured on: its cores and GPUs, a process tree's CPU time and peak memory, and how busy the
+machine was while a run was measured, apart from the run itself.
 
 Every `interval` seconds a thread reads the CPU time the whole machine spent busy (`/proc/stat`) and the CPU time of
 the processes being measured (the server and its workers, and the load generator: `/proc/<pid>/stat`); what the
@@ -9,8 +10,12 @@ stand for the whole run.
 
 from __future__ import annotations
 
+import math
 import os
+import platform
+import shutil
 import statistics
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -102,3 +107,99 @@ class LoadProbe:
             "load_1m": statistics.median(self._loads) if self._loads else load_average(),
             "load_samples": len(self._others),
         }
+
+
+def process_tree(root: int) -> list[int]:
+    """`root` and every process it started, and theirs (an engine's parallel workers), as long as they are there."""
+    found, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        try:
+            for task in os.listdir(f"/proc/{pid}/task"):
+                todo += [int(c) for c in Path(f"/proc/{pid}/task/{task}/children").read_text().split()]
+        except OSError:
+            pass
+    return found
+
+
+def cpu_seconds(pids: Iterable[int]) -> float:
+    """The CPU time (user and system, all threads) the processes still there have spent, in seconds."""
+    return sum(process_ticks(pids).values()) / TICKS
+
+
+def reset_peak_rss(pids: Iterable[int]) -> None:
+    """Start each process's peak resident memory (VmHWM) again from its present size."""
+    for pid in pids:
+        try:
+            Path(f"/proc/{pid}/clear_refs").write_text("5")
+        except OSError:
+            pass
+
+
+def peak_rss_mb(pids: Iterable[int]) -> float:
+    """The processes' peak resident memory (VmHWM) added up, in MiB."""
+    total = 0
+    for pid in pids:
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+        except OSError:
+            continue
+        total += next((int(line.split()[1]) for line in status.splitlines() if line.startswith("VmHWM:")), 0)
+    return total / 1024
+
+
+def usable_cpus(cgroup: Path = Path("/sys/fs/cgroup/cpu.max")) -> int:
+    """The CPUs this process may run on: its affinity, less where a container's CPU quota (cgroup v2) allows fewer."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    try:
+        quota, period = cgroup.read_text().split()[:2]
+        if quota != "max":
+            cpus = min(cpus, max(1, math.ceil(int(quota) / int(period))))
+    except (OSError, ValueError):
+        pass
+    return cpus
+
+
+def _nvidia_smi(*query: str) -> list[list[str]]:
+    """Rows of nvidia-smi's CSV answer to `query`; none when there is no nvidia-smi or it fails."""
+    if shutil.which("nvidia-smi") is None:
+        return []
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", *query, "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=10
+        )
+    except (OSError, subprocess.SubprocessError):
+        return []
+    if out.returncode:
+        return []
+    return [[cell.strip() for cell in line.split(",")] for line in out.stdout.splitlines() if line.strip()]
+
+
+def gpus() -> list[str]:
+    """Each GPU nvidia-smi sees, as "name, N MiB"; none without nvidia-smi."""
+    return [f"{name}, {memory} MiB" for name, memory, *_ in _nvidia_smi("--query-gpu=name,memory.total")]
+
+
+def gpu_memory_mb(pids: Iterable[int]) -> float | None:
+    """GPU memory the processes hold now, in MiB, by nvidia-smi; None without nvidia-smi."""
+    if shutil.which("nvidia-smi") is None:
+        return None
+    wanted = {str(p) for p in pids}
+    rows = _nvidia_smi("--query-compute-apps=pid,used_memory")
+    return float(sum(float(used) for pid, used, *_ in rows if pid in wanted and used.replace(".", "").isdigit()))
+
+
+def describe() -> dict:
+    """The machine in a few words, for a report: its CPU model, usable CPUs, memory and GPUs."""
+    model = platform.processor() or platform.machine()
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+        model = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), model)
+    except OSError:
+        pass
+    try:
+        memory = int(Path("/proc/meminfo").read_text().split()[1]) / 1024 / 1024
+    except (OSError, ValueError, IndexError):
+        memory = 0.0
+    return {"cpu": model, "cpus": usable_cpus(), "cpu_count": os.cpu_count(), "memory_gib": memory, "gpus": gpus()}

@@ -1,0 +1,199 @@
+"""The decisions, apart from measuring: how a time budget is shared between the quick pass and the longer one, which
+measured point to recommend and why, how many replicas of what size a target load needs, and whether the machine
+was too busy for the figures to be trusted."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from chariot_support.dev.tune.candidates import Candidate
+from chariot_support.dev.tune.load import Refused
+
+MIN_SECONDS = 0.6  # the shortest measurement of one concurrency level worth taking
+MIN_ANSWERS = 10  # requests one client must at least get answered in one level's measurement
+QUICK_SHARE = 0.55  # of the budget, for measuring every candidate once
+LONG_KEEP = 3  # candidates measured again, longer
+HEADROOM = 0.75  # a replica is sized to run at this share of the throughput it was measured at
+
+
+@dataclass
+class Point:
+    """One setting measured at one number of clients."""
+
+    candidate: Candidate
+    clients: int
+    phase: str  # "quick" or "long"
+    rps: float
+    p50_ms: float
+    p99_ms: float
+    cpus_busy: float  # CPUs the engine's processes kept busy (CPU seconds over the measured seconds)
+    peak_rss_mb: float
+    gpu_mb: float | None
+    errors: int
+    error: str  # the commonest error, when there were any
+    others_cpus: float  # CPUs the rest of the machine kept busy meanwhile
+    requests: int = 0
+
+    @classmethod
+    def failed(cls, candidate: Candidate, phase: str, why: str) -> Point:
+        """A setting the engine could not be measured with (it did not start), for the table."""
+        nan = float("nan")
+        return cls(candidate, 0, phase, 0.0, nan, nan, nan, nan, None, 1, why, nan)
+
+    @property
+    def cpu_ms_per_request(self) -> float:
+        return self.cpus_busy * 1000 / self.rps if self.rps else float("nan")
+
+    @property
+    def usable(self) -> bool:
+        return not self.errors and self.rps > 0 and math.isfinite(self.p99_ms)
+
+
+def warmup_s(seconds: float) -> float:
+    """Seconds of load before a measurement of `seconds` starts counting."""
+    return min(0.5, seconds / 3)
+
+
+def quick_plan(budget_s: float, startup_s: float, candidates: int, levels: int, request_s: float = 0.0) -> float:
+    """Seconds to measure each level in the quick pass: its share of the budget shared out over every candidate and
+    level, at least MIN_SECONDS and MIN_ANSWERS requests of `request_s` one after another (with too little time, the
+    last candidates are then left out: `fits`)."""
+    share = budget_s * QUICK_SHARE
+    shared = (share - candidates * startup_s) / (candidates * levels) - warmup_s(MIN_SECONDS)
+    return max(MIN_SECONDS, MIN_ANSWERS * request_s, shared)
+
+
+def too_slow(budget_s: float, startup_s: float, levels: int, seconds: float, request_s: float) -> str | None:
+    """Why the budget cannot compare even two settings (the defaults and one other) at every level, with the
+    minutes that would; None when it can."""
+    needed = 2 * (startup_s + levels * (seconds + warmup_s(seconds)))
+    if needed <= budget_s:
+        return None
+    return (
+        f"one request takes {request_s:.2f} s here, so comparing even two settings at {levels} concurrency"
+        f" level{'s' if levels > 1 else ''} ({MIN_ANSWERS} answers each at least) needs about"
+        f" {math.ceil(needed / 60)} minutes: give --minutes {math.ceil(needed / 60)}, or fewer levels with"
+        " --concurrency"
+    )
+
+
+def fits(elapsed_s: float, budget_s: float, startup_s: float, levels: int, seconds: float, measured: int) -> bool:
+    """Whether one more candidate fits in what is left of the budget (the defaults and one other always do)."""
+    return measured < 2 or elapsed_s + startup_s + levels * (seconds + warmup_s(seconds)) <= budget_s
+
+
+def long_plan(left_s: float, startup_s: float, levels: int, quick_seconds: float, candidates: int) -> tuple[int, float]:
+    """How many of the best candidates to measure again, and for how long each level, in the time left: only when
+    each level can run at least twice as long as in the quick pass (else the quick figures stand)."""
+    for count in range(min(LONG_KEEP, candidates), 0, -1):
+        seconds = (left_s - count * startup_s) / (count * levels)
+        if seconds >= 2 * quick_seconds:
+            return count, seconds
+    return 0, 0.0
+
+
+def ranked(points: list[Point]) -> list[Candidate]:
+    """The candidates by the best throughput any of their levels reached without an error, best first (those with
+    no such level left out)."""
+    best: dict[Candidate, float] = {}
+    for point in points:
+        if point.usable:
+            best[point.candidate] = max(best.get(point.candidate, 0.0), point.rps)
+    return sorted(best, key=lambda c: -best[c])
+
+
+def final(points: list[Point]) -> list[Point]:
+    """The points that stand: a candidate's long-pass points where it has them, else its quick ones."""
+    longer = {p.candidate for p in points if p.phase == "long"}
+    return [p for p in points if p.phase == "long" or p.candidate not in longer]
+
+
+@dataclass(frozen=True)
+class Choice:
+    point: Point
+    bound_ms: float  # the p99 the choice kept within
+    rule: str  # that bound, in words
+    why: str
+
+
+def choose(points: list[Point], p99_ms: float | None = None) -> Choice:
+    """The point with the most requests/s among those with no errors whose p99 is within `p99_ms`, or, without a
+    budget, within twice the lowest p99 measured; a Refused when none qualifies."""
+    standing = [p for p in final(points) if p.usable]
+    if not standing:
+        failed = next((p.error for p in points if p.error), "no request was answered")
+        raise Refused(f"no setting served the pictures without errors ({failed})")
+    lowest = min(p.p99_ms for p in standing)
+    if p99_ms is not None:
+        bound, rule = p99_ms, f"p99 within the budget of {p99_ms:g} ms (--p99-ms)"
+    else:
+        bound, rule = 2 * lowest, f"p99 within 2x the lowest measured ({lowest:.1f} ms x 2 = {2 * lowest:.1f} ms)"
+    within = [p for p in standing if p.p99_ms <= bound]
+    if not within:
+        raise Refused(
+            f"no setting kept p99 within {p99_ms:g} ms (--p99-ms): the lowest measured was {lowest:.1f} ms"
+            f" ({next(p for p in standing if p.p99_ms == lowest).candidate.label}); raise the budget or make"
+            " predict faster"
+        )
+    best = max(within, key=lambda p: (p.rps, -p.p99_ms))
+    why = (
+        f"{best.candidate.label} at {best.clients} client{'s' if best.clients > 1 else ''} at once served"
+        f" {best.rps:.1f} requests/s with p99 {best.p99_ms:.1f} ms: the most of any setting with {rule}."
+    )
+    defaults = [p for p in within if p.candidate.is_default]
+    if best.candidate.is_default:
+        why += " No other setting did better than the engine's defaults."
+    elif defaults:
+        base = max(defaults, key=lambda p: p.rps)
+        why += (
+            f" The defaults, under the same bound, served {base.rps:.1f} requests/s (at {base.clients} client{'s' if base.clients > 1 else ''}):"
+            f" {best.rps / base.rps:.2f}x as many with these settings."
+        )
+    else:
+        why += " No measurement of the defaults kept within that bound."
+    return Choice(best, bound, rule, why)
+
+
+@dataclass(frozen=True)
+class Sizing:
+    replicas: int
+    cpu: str  # Kubernetes quantities, per replica
+    memory_request: str
+    memory_limit: str
+    concurrency: int  # requests one replica is given at once (KServe's containerConcurrency)
+    per_replica_rps: float  # planned, with headroom
+
+
+def size(point: Point, target_rps: float) -> Sizing:
+    """Replicas of the measured setting to serve `target_rps`, each planned at HEADROOM of the throughput measured;
+    per replica, the CPUs the engine kept busy there (rounded up to a tenth) and its peak memory with a quarter more
+    (requests) and half more (limits), rounded up to 64 MiB."""
+    if target_rps <= 0:
+        raise ValueError(f"--target-rps must be more than 0, got {target_rps:g}")
+    per_replica = point.rps * HEADROOM
+    cpu = max(0.1, math.ceil(point.cpus_busy * 10 - 1e-9) / 10)
+
+    def mebibytes(factor: float) -> str:
+        return f"{max(64, math.ceil(point.peak_rss_mb * factor / 64) * 64)}Mi"
+
+    return Sizing(
+        replicas=max(1, math.ceil(target_rps / per_replica)),
+        cpu=f"{cpu:g}" if cpu >= 1 else f"{round(cpu * 1000)}m",
+        memory_request=mebibytes(1.25),
+        memory_limit=mebibytes(1.5),
+        concurrency=point.clients,
+        per_replica_rps=per_replica,
+    )
+
+
+def too_busy(others_cpus: float, cpus: int, most: float) -> str | None:
+    """Why the figures cannot be trusted when the rest of the machine kept more than `most` CPUs busy (of `cpus`)
+    while they were measured; None when it did not."""
+    if others_cpus <= most:
+        return None
+    return (
+        f"the machine was busy with other work while it was measured: {others_cpus:.2f} of its {cpus} CPUs on"
+        f" average (more than --max-other-load {most:g}), so the figures would say more about that work than about"
+        " the model; run it again when the machine is quieter, or on the kind of machine it will be deployed on"
+    )

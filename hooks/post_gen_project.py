@@ -26,6 +26,7 @@ DESTINATIONS = {
     "test_task.py": Path("tests") / "test_task.py",
     "example_model.py": Path("examples") / "model.py",
     "example_yolo.py": Path("examples") / "yolo_model.py",  # Object Detection only
+    "example_torch.py": Path("examples") / "torch_model.py",  # Object Detection only
 }
 
 

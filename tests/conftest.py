@@ -29,11 +29,17 @@ settings.register_profile("explore", derandomize=False, max_examples=1000, **_PR
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
-def pytest_collection_modifyitems(items):
-    """A test that takes a baked engine (`baked`, `baked_engine`) is a `bake` test, however it is written."""
+def pytest_collection_modifyitems(config, items):
+    """A test that takes a baked engine (`baked`, `baked_engine`) is a `bake` test, however it is written. Tests
+    marked `torch` run in a venv of their own (scripts/test-torch, `-m torch`): any other run deselects them."""
     for item in items:
         if {"baked", "baked_engine"} & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.bake)
+    if "torch" not in (config.option.markexpr or ""):
+        torch = [item for item in items if item.get_closest_marker("torch")]
+        if torch:
+            config.hook.pytest_deselected(items=torch)
+            items[:] = [item for item in items if not item.get_closest_marker("torch")]
 
 
 @pytest.fixture(scope="session")

@@ -300,3 +300,82 @@ def test_an_example_serves_in_a_baked_engine_whose_suite_stays_green(tmp_path):
     )
     assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-2000:]
     assert "failed" not in result.stdout and " passed" in result.stdout
+
+
+# The PyTorch example, MTCNN with the weights its wheel carries, on real photos: scikit-image's astronaut (Eileen
+# Collins, her face near x 170-280, y 70-190) and its coffee cup, which has no face. torch's CUDA build and
+# facenet-pytorch make these a job of their own (scripts/test-torch).
+
+
+def torch_example():
+    import skimage.data
+
+    model = example("object_detection", "example_torch.py")()
+    model.load(Path("/nonexistent"))  # no pnet.pt, rnet.pt, onet.pt here: the wheel's own weights
+    return model, skimage.data
+
+
+@pytest.mark.torch
+def test_the_torch_example_finds_the_face_clips_it_to_the_picture_and_finds_nothing_in_a_coffee_cup():
+    import torch
+
+    model, photos = torch_example()
+    assert model.device.type == ("cuda" if torch.cuda.is_available() else "cpu")
+    astronaut = photos.astronaut()
+    (face,) = answer(model, as_image(astronaut))
+    print(f"astronaut: {face}")
+    assert face.label == "face" and face.score > 0.95
+    assert 165 < face.xmin < 195 and 255 < face.xmax < 285, face
+    assert 65 < face.ymin < 100 and 160 < face.ymax < 200, face
+    coffee = answer(model, as_image(photos.coffee()))
+    print(f"coffee: {coffee}")
+    assert coffee == []
+    # The face cut by the picture's left edge, half of it in: the box starts at the edge, not past it.
+    cut = np.ascontiguousarray(astronaut[:, 220:])
+    found = model.predict([as_image(cut)], {})[0]
+    print(f"cut at x 220: {found}")
+    assert [f.label for f in found] == ["face"] and found[0].xmin == 0, found
+    assert 0 < found[0].xmax < face.xmax - 220 + 10, found
+    # A batch: two pictures of one size go through together, a third of another size on its own; each gets the
+    # answer it gets alone.
+    batch = model.predict([as_image(astronaut), as_image(photos.coffee()), as_image(astronaut[::-1].copy())], {})
+    assert [len(found) for found in batch[:2]] == [1, 0]
+    assert (batch[0][0].xmin, batch[0][0].ymax) == pytest.approx((face.xmin, face.ymax), abs=0.5)
+
+
+@pytest.mark.torch
+@pytest.mark.bake
+def test_the_torch_example_serves_in_a_baked_engine_whose_suite_stays_green(tmp_path):
+    """As a user would put it in: examples/torch_model.py as model.py, the two photos in samples/, and EXPECTED saying
+    a face in one and nothing in the other; the engine's whole suite then runs, none of it skipped (the weights are
+    the wheel's, so MODEL_DIR is not needed)."""
+    import re
+
+    import skimage.data
+
+    root = bake("Object Detection", tmp_path)
+    package = root.name.replace("-", "_")
+    shutil.copy(root / "examples" / "torch_model.py", root / "src" / package / "model.py")
+    for old in (root / "samples").iterdir():
+        old.unlink()
+    for name, photo in {"astronaut.png": skimage.data.astronaut(), "coffee.png": skimage.data.coffee()}.items():
+        cv2.imwrite(str(root / "samples" / name), cv2.cvtColor(photo, cv2.COLOR_RGB2BGR))
+    test_task = root / "tests" / "test_task.py"
+    table = 'EXPECTED = {"samples/astronaut.png": {"face"}, "samples/coffee.png": set()}\n'
+    source, replaced = re.subn(r"^EXPECTED = \{\n.*?^\}\n", table, test_task.read_text(), count=1, flags=re.M | re.S)
+    assert replaced == 1
+    test_task.write_text(source)
+    env = {k: v for k, v in os.environ.items() if k != "MODEL_DIR"}
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+    result = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-2000:]
+    summary = result.stdout.strip().splitlines()[-1]
+    assert " passed" in summary and "skipped" not in summary and "failed" not in summary, summary
+    # And the table's "nothing" is a real check: with the astronaut said to hold nothing, the model's test and the
+    # engine's both fail, naming what was found.
+    test_task.write_text(source.replace('"samples/astronaut.png": {"face"}', '"samples/astronaut.png": set()'))
+    command += ["tests/test_task.py", "-k", "astronaut"]
+    failed = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, timeout=600)
+    assert failed.returncode == 1 and "2 failed" in failed.stdout, failed.stdout[-3000:]
+    assert "samples/astronaut.png: expected nothing, found 1: face (" in failed.stdout
+    assert "samples/astronaut.png: expected nothing, the engine answered 1: face (" in failed.stdout

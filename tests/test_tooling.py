@@ -93,7 +93,10 @@ def test_ci_python_is_the_image_python(engines):
 def test_ci_runs_the_readme_commands(engines):
     root = engines["Object Detection"]
     readme = (root / "README.md").read_text()
-    steps = run_steps(root)
+    steps = {step["name"]: step["run"] for step in workflow_steps(root) if "run" in step}
+    fetch = steps.pop("Fetch the model's files")  # README.md, "Weights in CI": test_the_weights_step_... runs it
+    assert "gh release download" in fetch and "\ngh variable set MODEL_RELEASE " in readme
+    steps = list(steps.values())
     kinds = [shlex.split(step)[0] for step in steps]
     assert kinds == ["pip", "ruff", "ruff", "pytest", "docker"], steps
     for step in steps[:-1]:
@@ -102,6 +105,42 @@ def test_ci_runs_the_readme_commands(engines):
     assert build[:3] == ["docker", "build", "-t"] and build[-1] == "."
     assert build[3].split(":")[0].rsplit("/", 1)[-1] == root.name
     assert re.search(r"^docker build -t \S+ \.$", readme, re.M), "the README does not say how to build the image"
+
+
+@pytest.mark.bake
+def test_the_weights_step_fetches_the_release_into_model_dir_and_says_when_none_is_named(engines, tmp_path):
+    """The CI step before pytest, run as GitHub runs it (bash, GITHUB_ENV), with GitHub's CLI standing in as a script
+    that writes what `gh release download TAG --dir DIR` would: without MODEL_RELEASE it only says so; with it, the
+    files land in my-model/ and MODEL_DIR names that folder for the steps after it."""
+    root = Path(shutil.copytree(engines["Object Detection"], tmp_path / "engine"))
+    (step,) = [s for s in workflow_steps(root) if s.get("name") == "Fetch the model's files"]
+    assert set(step["env"]) == {"GH_TOKEN", "MODEL_RELEASE"} and "vars.MODEL_RELEASE" in step["env"]["MODEL_RELEASE"]
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    (tools / "gh").write_text(
+        '#!/bin/sh\n[ "$1 $2 $3 $4" = "release download model-v1 --dir" ] || exit 3\n'
+        'mkdir -p "$5" && echo weights > "$5/model.onnx"\n'
+    )
+    (tools / "gh").chmod(0o755)
+    github_env = tmp_path / "github_env"
+    github_env.touch()
+    env = {**os.environ, "PATH": f"{tools}{os.pathsep}{os.environ['PATH']}", "GITHUB_ENV": str(github_env)}
+    env.pop("MODEL_RELEASE", None)
+
+    def run(**extra: str) -> subprocess.CompletedProcess:
+        command = ["bash", "-e", "-c", step["run"]]
+        return subprocess.run(command, cwd=root, env={**env, **extra}, capture_output=True, text=True, timeout=60)
+
+    unset = run()
+    assert unset.returncode == 0, unset.stderr
+    assert "::notice title=No model files::MODEL_RELEASE is not set" in unset.stdout
+    assert github_env.read_text() == "" and not (root / "my-model").exists()
+    fetched = run(MODEL_RELEASE="model-v1")
+    assert fetched.returncode == 0, fetched.stdout + fetched.stderr
+    assert (root / "my-model" / "model.onnx").read_text() == "weights\n"
+    assert github_env.read_text() == f"MODEL_DIR={root}/my-model\n"
+    failing = run(MODEL_RELEASE="no-such-tag")
+    assert failing.returncode != 0, "a release that cannot be fetched fails the step"
 
 
 @pytest.mark.bake

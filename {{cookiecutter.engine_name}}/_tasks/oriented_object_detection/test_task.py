@@ -7,21 +7,27 @@ from pathlib import Path
 import pytest
 
 from chariot_support.dev.model_check import picture_input, post_json
-from chariot_support.dev.testing import answer, read_picture
+from chariot_support.dev.testing import answer, check_found, read_picture
 
 ROOT = Path(__file__).resolve().parents[1]
+# Skipped, saying why, when the model cannot load for want of its files and MODEL_DIR is not set (conftest.py).
+pytestmark = pytest.mark.needs_weights
 
-# Your pictures (paths from the engine's folder) and the labels your model must find in each. The demo finds the
-# coloured shapes of the samples; a text detector might expect {"samples/receipt.jpg": {"text"}}.
+# Your pictures (paths from the engine's folder) and the labels your model must find in each; set() for a picture in
+# which it must find nothing at all. The demo finds the coloured shapes of the samples; a text detector might expect
+# {"samples/receipt.jpg": {"text"}, "samples/blank-wall.jpg": set()}.
+# Results scoring under SCORE_THRESHOLD do not count, as Chariot's score_threshold drops them (None: all count). A
+# model that returns every candidate with its score, however low, needs one for set() to hold.
 EXPECTED = {
     "samples/scene.png": {"red", "green", "blue"},
     "samples/shapes.jpg": {"red", "green", "blue"},
 }
+SCORE_THRESHOLD = None
 
 
 def served(engine, model_name, task, picture, **parameters) -> list[dict]:
     tensor = picture_input("image-0", ROOT / picture, task)
-    tensor["parameters"] = parameters
+    tensor["parameters"] = {key: value for key, value in parameters.items() if value is not None}
     status, body = post_json(f"{engine.url}/v2/models/{model_name}/infer", {"inputs": [tensor]})
     assert status == 200, body
     return body["outputs"][0]["data"][0]
@@ -29,11 +35,10 @@ def served(engine, model_name, task, picture, **parameters) -> list[dict]:
 
 @pytest.mark.parametrize("picture, labels", EXPECTED.items())
 def test_model_finds_the_expected_labels(model, picture, labels):
-    found = {r.label for r in answer(model, read_picture(ROOT / picture))}
-    assert labels <= found, f"{picture}: expected {sorted(labels)}, found {sorted(found)}"
+    check_found(picture, labels, answer(model, read_picture(ROOT / picture, score_threshold=SCORE_THRESHOLD)))
 
 
 @pytest.mark.parametrize("picture, labels", EXPECTED.items())
 def test_engine_answers_the_expected_labels(engine, model_name, model_class, picture, labels):
-    found = {r["label"] for r in served(engine, model_name, model_class.task_type, picture)}
-    assert labels <= found, f"{picture}: expected {sorted(labels)}, the engine found {sorted(found)}"
+    answered = served(engine, model_name, model_class.task_type, picture, score_threshold=SCORE_THRESHOLD)
+    check_found(picture, labels, answered, where="the engine answered")

@@ -16,7 +16,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Sequence, Set
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -116,6 +116,29 @@ def answer(model: Any, image: Image) -> list:
     (checked,) = validate_results(task, model.predict([image], {}), [image.name])
     inside = inside_image(task, checked, image.width, image.height)
     return select(task, inside, action=image.action, score_threshold=image.score_threshold, prompts=image.prompts)
+
+
+# What test_task.py's EXPECTED says of a picture in which a detector or segmenter must find nothing at all. An empty
+# set means the same: "at least these labels" with none listed would hold for any answer, so it is read as "none".
+NOTHING: frozenset[str] = frozenset()
+
+
+def check_found(picture: str, expected: Set[str], results: Sequence[Any], where: str = "found") -> None:
+    """That `results` (a model's results, or the engine's answer as dicts) hold every label in `expected`, or, when
+    `expected` is NOTHING (empty), no result at all; an AssertionError naming the picture and what was found if not."""
+
+    def field(result: Any, name: str) -> Any:
+        return result[name] if isinstance(result, dict) else getattr(result, name)
+
+    found = [(field(r, "label"), field(r, "score")) for r in results]
+    listed = ", ".join(f"{label} ({score:.2f})" for label, score in found) or "nothing"
+    if not expected:
+        if found:
+            raise AssertionError(f"{picture}: expected nothing, {where} {len(found)}: {listed}")
+        return
+    missing = sorted(set(expected) - {label for label, _ in found})
+    if missing:
+        raise AssertionError(f"{picture}: expected {sorted(expected)}, {where} {listed}; missing {missing}")
 
 
 def image_input(name: str, rgb: np.ndarray, **parameters: Any) -> dict:

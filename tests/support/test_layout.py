@@ -26,7 +26,8 @@ LAYERS = (
     ("pipeline", "runtime"),  # the one way to the model; the model's side of it (threads, copies, batching)
     ("rest", "grpc"),  # the transports
     ("server",),  # the transports and the pipeline assembled, start-up and shutdown
-    ("__main__", "client", "dev"),  # the tools: a demo engine, the command-line client, a developer's helpers
+    ("client",),  # the command-line client, which sends requests as Chariot does
+    ("__main__", "dev"),  # a task's demo engine; a developer's helpers (tests send requests as the client does)
     ("evaluate",),  # scoring an engine on a dataset, with the client and the developer's helpers
 )
 LAYER = {part: index for index, parts in enumerate(LAYERS) for part in parts}

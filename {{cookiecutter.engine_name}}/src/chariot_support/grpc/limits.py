@@ -17,6 +17,7 @@ from prometheus_client import REGISTRY
 from prometheus_client import Counter as PrometheusCounter
 
 from chariot_support.errors import Overloaded
+from chariot_support.logs.request_lines import PROBE_CALLS
 from chariot_support.memory.budgets import LARGE_BODY, BodyBudget
 from chariot_support.protocols.v2_grpc import fields_past
 from chariot_support.seams.grpc import EOF, answer, read, served_raw
@@ -24,9 +25,6 @@ from chariot_support.settings import EngineSettings
 
 logger = logging.getLogger("chariot_support")
 
-# Calls a probe or a client's discovery makes: small, answered at once, and never refused for load, so that
-# liveness answers while inference is at its limits.
-UNCOUNTED = frozenset({"ServerLive", "ServerReady", "ModelReady", "ServerMetadata", "ModelMetadata"})
 # What a ModelInfer call holds, in multiples of its message, and what the body budget counts for it: the message's
 # bytes, the request parsed from them, the inputs read from that, and their base64 decoding are alive together (a
 # 60 MiB call peaked at 7 times its size).
@@ -174,7 +172,7 @@ class CallLimits(aio.ServerInterceptor):
         return served_raw(handler, functools.partial(self._serve, handler, name))
 
     async def _serve(self, handler: grpc.RpcMethodHandler, name: str, _requests, context) -> None:
-        counted = name not in UNCOUNTED
+        counted = name not in PROBE_CALLS  # small, answered at once: never refused for load
         if counted and self.in_flight >= self.max_calls:
             await self._refuse(
                 context,

@@ -19,7 +19,7 @@ MOST_LINES = 400
 # from layers below its own, never from one beside it or above it. Each entry is a sub-package or a module at the top.
 LAYERS = (
     ("errors", "settings", "model_id"),  # what every layer needs: the error types, the settings, the model-id rule
-    ("error_bodies", "after_answer"),  # ... and the `{"error"}` writer, the work done after each answer
+    ("error_bodies", "after_answer", "refusals"),  # the `{"error"}` writer, the work after answers, refusals counted
     ("model", "seams"),  # what an author's model.py sees; every use of MLServer's, uvicorn's and gRPC's internals
     ("__init__", "protocols", "logs"),  # the public surface; the wire formats; the log lines and request ids
     ("memory",),  # the budgets of request bodies and decoded pixels

@@ -1,5 +1,6 @@
 """The detector helpers against values worked out by hand and against OpenCV's own non-maximum suppression:
-letterbox and its inverse, boxes from centre and size, class-aware NMS, softmax and sigmoid."""
+letterbox and its inverse, boxes from centre and size, an oriented box's corners, class-aware NMS, softmax and
+sigmoid."""
 
 import math
 import warnings
@@ -8,7 +9,18 @@ import cv2
 import numpy as np
 import pytest
 
-from chariot_support.model.detectors import PAD_GREY, Letterbox, corners, iou, letterbox, nms, sigmoid, softmax
+from chariot_support.model.detectors import (
+    PAD_GREY,
+    Letterbox,
+    corners,
+    iou,
+    letterbox,
+    nms,
+    oriented_corners,
+    sigmoid,
+    softmax,
+)
+from chariot_support.model.tasks import OrientedDetection
 
 RED = (255, 0, 0)
 
@@ -53,6 +65,18 @@ def test_boxes_go_back_to_the_picture_and_are_clipped_to_it():
 
 def test_corners_from_centre_and_size():
     assert corners([[100, 50, 20, 10], [0, 0, 4, 2]]).tolist() == [[90, 45, 110, 55], [-2, -1, 2, 1]]
+
+
+def test_an_oriented_boxs_corners_in_pixels_from_the_result_or_its_json():
+    # On a 200 x 100 image: centre (100, 25), 40 x 10 pixels, a quarter turn: 10 wide and 40 high.
+    box = OrientedDetection(label="a", score=0.5, cx=0.5, cy=0.25, w=0.2, h=0.1, r=math.pi / 2)
+    found = oriented_corners(box, 200, 100)
+    assert sorted(map(tuple, np.round(found).tolist())) == [(95, 5), (95, 45), (105, 5), (105, 45)]
+    assert np.array_equal(oriented_corners(box.model_dump(), 200, 100), found)
+    # Clockwise on screen (y down): a small positive r moves the right end of a flat box down.
+    tilted = oriented_corners({"cx": 0.5, "cy": 0.5, "w": 0.5, "h": 0.0, "r": 0.1}, 200, 100)
+    right = tilted[np.argmax(tilted[:, 0])]
+    assert right[1] > 50
 
 
 def test_iou_by_hand():

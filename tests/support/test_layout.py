@@ -22,14 +22,15 @@ MOST_LINES = 400
 # from layers below its own, never from one beside it or above it. Each entry is a sub-package or a module at the top.
 LAYERS = (
     ("errors", "settings", "model_id"),  # what every layer needs: the error types, the settings, the model-id rule
-    ("error_bodies", "after_answer"),  # ... and the `{"error"}` writer, the work done after each answer
+    ("error_bodies", "after_answer", "refusals"),  # the `{"error"}` writer, the work after answers, refusals counted
     ("model", "seams"),  # what an author's model.py sees; every use of MLServer's, uvicorn's and gRPC's internals
     ("__init__", "protocols", "logs"),  # the public surface; the wire formats; the log lines and request ids
     ("memory",),  # the budgets of request bodies and decoded pixels
     ("pipeline", "runtime"),  # the one way to the model; the model's side of it (threads, copies, batching)
     ("rest", "grpc"),  # the transports
     ("server",),  # the transports and the pipeline assembled, start-up and shutdown
-    ("__main__", "client", "dev"),  # the tools: a demo engine, the command-line client, a developer's helpers
+    ("client",),  # the command-line client, which sends requests as Chariot does
+    ("__main__", "dev"),  # a task's demo engine; a developer's helpers (tests send requests as the client does)
     ("evaluate",),  # scoring an engine on a dataset, with the client and the developer's helpers
 )
 LAYER = {part: index for index, parts in enumerate(LAYERS) for part in parts}

@@ -1,18 +1,7 @@
 """Your model: the one file to edit.
 
-Required:
-- `task_type`: which Chariot result format predict returns.
-- `predict(images, tensors)`: one list of results per image, in order.
-
-Optional (the defaults are in `chariot_support.ChariotModel`):
-- `load(model_dir)`: called once at start-up, before any predict, to read weights and labels from model_dir. It does
-  nothing unless you write it; the demo's load builds its colour finder.
-- `thread_safe`: False by default, and the engine then runs one predict at a time on each copy of the model. True
-  lets several requests run predict on this one instance at once: only for a model that keeps no per-call state
-  (tests/test_model.py then checks that concurrent requests get the answers one request gets).
-- `copies`: 1 by default. For a model that is not thread-safe, how many independent copies to load, each running
-  one predict at a time (CHARIOT_MODEL_COPIES overrides it). Ignored when `thread_safe` is True.
-- `explain(images, tensors, results)`: answers the V1 `:explain` route, which answers 501 without it.
+`task_type` and `predict` are required; `load`, `thread_safe`, `copies` and `explain` are optional. What each does,
+and its default, is written once, in `chariot_support.ChariotModel` (src/chariot_support/model/base.py).
 
 The engine does everything else: decoding requests, checking and formatting results, `action` and
 `score_threshold`, metadata passthrough, routes.

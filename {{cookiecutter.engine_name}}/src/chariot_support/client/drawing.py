@@ -3,12 +3,13 @@ contours with their label and score, labels and prompt answers as text below the
 
 from __future__ import annotations
 
-import math
 import zlib
 from collections.abc import Sequence
 
 import cv2
 import numpy as np
+
+from chariot_support.model.detectors import oriented_corners
 
 # Outline colours (BGR) that stand out against the demo's saturated red, green and blue shapes and each other.
 PALETTE = (
@@ -104,13 +105,7 @@ def draw(image: np.ndarray, results: Sequence[dict]) -> np.ndarray:
             cv2.rectangle(canvas, top_left, bottom_right, colour, thickness)
             _caption(canvas, caption, top_left, colour, scale)
         elif {"cx", "cy", "w", "h", "r"} <= result.keys():
-            # Normalised to the image; OpenCV's angle is clockwise on screen in degrees, as Chariot's r is in radians.
-            rect = (
-                (result["cx"] * width, result["cy"] * height),
-                (result["w"] * width, result["h"] * height),
-                math.degrees(result["r"]),
-            )
-            corners = np.round(cv2.boxPoints(rect)).astype(np.int32)
+            corners = np.round(oriented_corners(result, width, height)).astype(np.int32)
             cv2.polylines(canvas, [corners], True, HALO, thickness + 2, cv2.LINE_AA)
             cv2.polylines(canvas, [corners], True, colour, thickness, cv2.LINE_AA)
             top = corners[np.argmin(corners[:, 1])]

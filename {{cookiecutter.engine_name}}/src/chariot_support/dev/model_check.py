@@ -16,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from chariot_support.client.send import image_input
 from chariot_support.errors import InvalidResult
 from chariot_support.model.tasks import TaskType, validate_results
 
@@ -32,16 +33,9 @@ def sample_pictures(folder: Path) -> list[Path]:
 
 
 def picture_input(name: str, picture: Path, task: TaskType) -> dict:
-    """One chariot-v2-kserve image input carrying the picture's file as Chariot sends it."""
-    tensor: dict[str, Any] = {
-        "name": name,
-        "shape": [1],
-        "datatype": "BYTES",
-        "data": [base64.b64encode(Path(picture).read_bytes()).decode("ascii")],
-    }
-    if task is TaskType.IMAGE_TEXT_TO_TEXT:
-        tensor["parameters"] = {"prompts": list(PROMPTS)}
-    return tensor
+    """One chariot-v2-kserve image input carrying the picture's file as Chariot sends it (client/send.image_input)."""
+    prompts = {"prompts": list(PROMPTS)} if task is TaskType.IMAGE_TEXT_TO_TEXT else {}
+    return image_input(name, Path(picture).read_bytes(), prompts)
 
 
 def post_json(url: str, body: dict, timeout: float = 120.0) -> tuple[int, Any]:

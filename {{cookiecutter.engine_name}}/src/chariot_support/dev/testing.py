@@ -24,6 +24,7 @@ from typing import Any
 import cv2
 import numpy as np
 
+from chariot_support.client import send
 from chariot_support.errors import ChariotError
 from chariot_support.model.image import Image
 
@@ -76,12 +77,17 @@ def free_ports(count: int) -> list[int]:
         return ports
 
 
-def encode_image(rgb: np.ndarray, extension: str = ".png") -> str:
-    """Base64 of `rgb` (H x W x 3, RGB order) encoded as an image file, as Chariot sends images."""
+def image_file(rgb: np.ndarray, extension: str = ".png") -> bytes:
+    """`rgb` (H x W x 3, RGB order) encoded as an image file."""
     ok, encoded = cv2.imencode(extension, cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR))
     if not ok:
         raise ValueError(f"OpenCV could not encode a {rgb.shape} image as {extension}")
-    return base64.b64encode(encoded.tobytes()).decode("ascii")
+    return encoded.tobytes()
+
+
+def encode_image(rgb: np.ndarray, extension: str = ".png") -> str:
+    """Base64 of `rgb` (H x W x 3, RGB order) encoded as an image file, as Chariot sends images."""
+    return base64.b64encode(image_file(rgb, extension)).decode("ascii")
 
 
 def as_image(
@@ -142,11 +148,8 @@ def check_found(picture: str, expected: Set[str], results: Sequence[Any], where:
 
 
 def image_input(name: str, rgb: np.ndarray, **parameters: Any) -> dict:
-    """One Chariot image input: a BYTES tensor of shape [1] holding the base64 file."""
-    tensor = {"name": name, "shape": [1], "datatype": "BYTES", "data": [encode_image(rgb)]}
-    if parameters:
-        tensor["parameters"] = parameters
-    return tensor
+    """One Chariot image input holding `rgb` as a PNG file (client/send.image_input)."""
+    return send.image_input(name, image_file(rgb), parameters)
 
 
 def chariot_request(*inputs: dict, **parameters: Any) -> dict:

@@ -15,6 +15,7 @@ import numpy as np
 
 from chariot_support.evaluate.data import Box, Dataset, Mask, Quad, Sample
 from chariot_support.evaluate.text import NORMALISATION, text_notes, text_score
+from chariot_support.model.detectors import oriented_corners
 from chariot_support.model.tasks import TaskType
 
 # Chariot's defaults: a detection matches at IoU 0.5 and counts at score 0.5; AP is also averaged over COCO's
@@ -174,20 +175,11 @@ def _prediction(uid: str, result: dict, sample: Sample):
         cv2.fillPoly(mask, polygons, 1)
         return Bitmask(uid=uid, mask=mask.astype(bool), labels=labels, scores=scores) if mask.any() else None
     if "cx" in result:
-        return Polygon(uid=uid, shape=Shape(oriented_corners(result, sample)), labels=labels, scores=scores)
+        return Polygon(
+            uid=uid, shape=Shape(oriented_corners(result, sample.width, sample.height)), labels=labels, scores=scores
+        )
     box = {key: float(result[key]) for key in ("xmin", "xmax", "ymin", "ymax")}
     return BoundingBox(uid=uid, **box, labels=labels, scores=scores)
-
-
-def oriented_corners(result: dict, sample: Sample) -> np.ndarray:
-    """The four corners in pixels of an oriented result (normalised to the image, r in radians clockwise)."""
-    width, height = sample.width, sample.height
-    rect = (
-        (result["cx"] * width, result["cy"] * height),
-        (result["w"] * width, result["h"] * height),
-        math.degrees(result["r"]),
-    )
-    return cv2.boxPoints(rect).astype(np.float64)
 
 
 def _crop_masks(annotations: list) -> None:

@@ -13,25 +13,21 @@ from typing import Any, TypeVar
 
 import grpc
 from grpc import aio
-from prometheus_client import REGISTRY
-from prometheus_client import Counter as PrometheusCounter
 
 from chariot_support.errors import Overloaded
+from chariot_support.logs.request_lines import PROBE_CALLS
 from chariot_support.memory.budgets import LARGE_BODY, BodyBudget
 from chariot_support.protocols.v2_grpc import fields_past
+from chariot_support.refusals import LOG_EVERY, Refusals, refusal_counter
 from chariot_support.seams.grpc import EOF, answer, read, served_raw
 from chariot_support.settings import EngineSettings
 
 logger = logging.getLogger("chariot_support")
 
-# Calls a probe or a client's discovery makes: small, answered at once, and never refused for load, so that
-# liveness answers while inference is at its limits.
-UNCOUNTED = frozenset({"ServerLive", "ServerReady", "ModelReady", "ServerMetadata", "ModelMetadata"})
 # What a ModelInfer call holds, in multiples of its message, and what the body budget counts for it: the message's
 # bytes, the request parsed from them, the inputs read from that, and their base64 decoding are alive together (a
 # 60 MiB call peaked at 7 times its size).
 MESSAGE_COPIES = 4
-LOG_EVERY = 10.0  # seconds: refusals past the first are summed into one line per interval
 # The largest message an uncounted call takes: their requests hold a model's name and version at most. Such calls
 # are read a few at a time (ReadingSlots of their own), so large messages sent to them cannot pile up in memory.
 SMALL_MESSAGE = 64 << 10
@@ -51,44 +47,25 @@ async def off_loop_if_large(function: Callable[..., T], *args: Any) -> T:
     return function(*args)
 
 
-@functools.cache
-def refused_calls() -> PrometheusCounter:
-    """The metrics server's count of gRPC calls refused before they reached the model, by reason. Made on first use:
-    MLServer chooses the registry's storage (one process or parallel workers) as it starts."""
-    return PrometheusCounter(
-        "chariot_grpc_refused",
-        "gRPC calls the engine refused before serving them, by reason",
-        ["reason"],
-        registry=REGISTRY,
-    )
+def refused_calls():
+    """The metrics server's count of gRPC calls refused before they reached the model, by reason."""
+    return refusal_counter("chariot_grpc_refused", "gRPC calls the engine refused before serving them, by reason")
 
 
-class RefusalLog:
-    """One log line for the first refusal, then one per LOG_EVERY seconds with the counts since, so that thousands of
-    refused calls cost a few lines."""
+class RefusalLog(Refusals):
+    """Refused gRPC calls: the first with its reason and message at once, then one line per LOG_EVERY seconds with
+    the counts since."""
 
     def __init__(self, every: float = LOG_EVERY):
-        self._every = every
-        self._pending: Counter[str] = Counter()
-        self._flush: asyncio.TimerHandle | None = None
+        super().__init__(refused_calls, every)
 
-    def refused(self, reason: str, message: str) -> None:
-        refused_calls().labels(reason).inc()
-        if self._flush is None:
-            logger.warning("refused a gRPC call (%s): %s", reason, message)
-            self._flush = asyncio.get_running_loop().call_later(self._every, self._write)
-        else:
-            self._pending[reason] += 1
+    def first_line(self, reason: str, message: str) -> bool:
+        logger.warning("refused a gRPC call (%s): %s", reason, message)
+        return True
 
-    def _write(self) -> None:
-        self._flush = None
-        if self._pending:
-            counts = ", ".join(f"{count:,} {reason}" for reason, count in self._pending.most_common())
-            logger.warning(
-                "refused %s more gRPC calls in the last %g s (%s)", self._pending.total(), self._every, counts
-            )
-            self._pending.clear()
-            self._flush = asyncio.get_running_loop().call_later(self._every, self._write)
+    def summary(self, counts: Counter[str]) -> None:
+        listed = ", ".join(f"{count:,} {reason}" for reason, count in counts.most_common())
+        logger.warning("refused %s more gRPC calls in the last %g s (%s)", counts.total(), self.every, listed)
 
 
 class ReadingSlots:
@@ -174,7 +151,7 @@ class CallLimits(aio.ServerInterceptor):
         return served_raw(handler, functools.partial(self._serve, handler, name))
 
     async def _serve(self, handler: grpc.RpcMethodHandler, name: str, _requests, context) -> None:
-        counted = name not in UNCOUNTED
+        counted = name not in PROBE_CALLS  # small, answered at once: never refused for load
         if counted and self.in_flight >= self.max_calls:
             await self._refuse(
                 context,

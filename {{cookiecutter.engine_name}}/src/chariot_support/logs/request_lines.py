@@ -28,8 +28,9 @@ _current: ContextVar[dict | None] = ContextVar("chariot_request", default=None)
 MAX_LOGGED = 256
 _MODEL_PATH = re.compile(r"^/v2/models/([^/]+)")
 _QUIET_PATHS = re.compile(r"^/(v2/health/(live|ready)|ready|v2/models/[^/]+/ready|v2/models/[^/]+|v2)/?$")
-# gRPC's health and metadata calls, as quiet as REST's probes.
-_QUIET_CALLS = frozenset({"ServerLive", "ServerReady", "ModelReady", "ServerMetadata", "ModelMetadata"})
+# gRPC's health and metadata calls, which probes and clients' discovery make: logged as quietly as REST's probes, and
+# never refused for load (grpc/limits.py), so that liveness answers while inference is at its limits.
+PROBE_CALLS = frozenset({"ServerLive", "ServerReady", "ModelReady", "ServerMetadata", "ModelMetadata"})
 
 
 class JSONLines(logging.Formatter):
@@ -112,7 +113,7 @@ def log_request(
     latency_ms = round((time.perf_counter() - started) * 1000, 2)
     if status >= 500:
         level = logging.ERROR
-    elif status < 400 and ((method == "GET" and _QUIET_PATHS.match(path)) or method in _QUIET_CALLS):
+    elif status < 400 and ((method == "GET" and _QUIET_PATHS.match(path)) or method in PROBE_CALLS):
         level = logging.DEBUG  # health probes and metadata arrive every few seconds; they would drown the rest
     else:
         level = logging.INFO

@@ -24,7 +24,8 @@ class ChariotModel:
     - `thread_safe = False`: the engine runs one predict at a time on each copy. Set True only when predict keeps no
       per-call state on `self` and the framework can run one object from several threads at once (an ONNX Runtime
       session can); the engine then loads one instance, runs up to CHARIOT_THREADS predicts on it at once, and
-      ignores `copies`.
+      ignores `copies` (the engine's tests/test_model.py then checks that requests at once get the answers one
+      request gets).
     - `copies = 1`: for a model that is not thread-safe, independent copies to load, each running one predict at a
       time (CHARIOT_MODEL_COPIES overrides it; "threads" means one per worker thread).
     - `explain`: answers the V1 `:explain` route; without it that route answers 501.

@@ -4,12 +4,12 @@ spill over; the engine clips each to the image, and drops one that lies wholly o
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 import cv2
 import numpy as np
 
+from chariot_support.model.detectors import oriented_corners
 from chariot_support.model.tasks import Contour, Detection, OrientedDetection, Segmentation, TaskType, _Result
 
 
@@ -34,14 +34,8 @@ def _box(box: Detection, width: int, height: int) -> Detection | None:
     return box.model_copy(update={"xmin": xmin, "xmax": xmax, "ymin": ymin, "ymax": ymax})
 
 
-def _corners(box: OrientedDetection, width: int, height: int) -> np.ndarray:
-    """The box's four corners in pixels."""
-    rect = ((box.cx * width, box.cy * height), (box.w * width, box.h * height), math.degrees(box.r))
-    return cv2.boxPoints(rect).astype(np.float64)
-
-
 def _oriented(box: OrientedDetection, width: int, height: int) -> OrientedDetection | None:
-    corners = _corners(box, width, height)
+    corners = oriented_corners(box, width, height)
     if corners.min() >= 0 and (corners[:, 0] <= width).all() and (corners[:, 1] <= height).all():
         return box
     image = np.array([[0, 0], [width, 0], [width, height], [0, height]], np.float32)
@@ -51,7 +45,7 @@ def _oriented(box: OrientedDetection, width: int, height: int) -> OrientedDetect
     # The part inside the image, as a rotated box again, made small enough about its centre that every corner is in.
     (cx, cy), (w, h), degrees = cv2.minAreaRect(overlap.reshape(-1, 2))
     clipped = OrientedDetection.from_rotated_rect(box.label, box.score, ((cx, cy), (w, h), degrees), width, height)
-    corners = _corners(clipped, width, height)
+    corners = oriented_corners(clipped, width, height)
     centre = np.array([clipped.cx * width, clipped.cy * height])
     offset = corners - centre
     # Each corner may reach as far as the edge on its own side of the centre.

@@ -1,9 +1,13 @@
 """What nearly every detector's model.py needs around its network: letterbox resizing and its inverse for boxes,
-boxes from centre and size, class-aware non-maximum suppression, softmax and sigmoid. numpy and OpenCV only."""
+boxes from centre and size, an oriented box's corners, class-aware non-maximum suppression, softmax and sigmoid.
+numpy and OpenCV only."""
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import cv2
 import numpy as np
@@ -57,6 +61,14 @@ def corners(centre_size: np.ndarray) -> np.ndarray:
     """Boxes given as centre and size (N x 4: cx cy w h, as YOLO writes them) as corners (x0 y0 x1 y1)."""
     cx, cy, w, h = np.asarray(centre_size, dtype=np.float64).reshape(-1, 4).T
     return np.stack([cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2], axis=1)
+
+
+def oriented_corners(box: Any, width: float, height: float) -> np.ndarray:
+    """The four corners in pixels (4 x 2) of an oriented box as Chariot gives it, normalised to its image: cx and w by
+    `width`, cy and h by `height`, r in radians, clockwise on screen (as OpenCV's angle is, in degrees). `box` is an
+    OrientedDetection or its JSON object."""
+    cx, cy, w, h, r = (box[k] if isinstance(box, Mapping) else getattr(box, k) for k in ("cx", "cy", "w", "h", "r"))
+    return cv2.boxPoints(((cx * width, cy * height), (w * width, h * height), math.degrees(r))).astype(np.float64)
 
 
 def iou(box: np.ndarray, others: np.ndarray) -> np.ndarray:

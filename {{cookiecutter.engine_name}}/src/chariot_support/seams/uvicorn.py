@@ -8,7 +8,7 @@ import logging
 import sys
 import weakref
 from asyncio import TimerHandle
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Callable
 from typing import Any
 
@@ -16,6 +16,7 @@ import httptools
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from chariot_support.error_bodies import raw_error, send_error
+from chariot_support.refusals import Refusals, refusal_counter
 from chariot_support.settings import DEFAULTS, EngineSettings
 
 logger = logging.getLogger("chariot_support")
@@ -34,43 +35,33 @@ HEALTH_PATHS = (b"/v2/health/live", b"/v2/health/ready", b"/ready")
 LOG_EVERY = 10.0
 
 
-@functools.cache
 def refused_connections():
     """The metrics server's count of REST connections the engine closed or refused itself, by reason (a late head, a
-    slow body, an unread answer, a full table, too many requests): made on first use, once MLServer has chosen the
-    registry's storage."""
-    from prometheus_client import REGISTRY, Counter
-
-    return Counter(
+    slow body, an unread answer, a full table, too many requests)."""
+    return refusal_counter(
         "chariot_rest_refused",
         "REST connections and requests the engine refused or cut before they reached the app, by reason",
-        ["reason"],
-        registry=REGISTRY,
     )
 
 
-class ConnectionTable:
+class ConnectionTable(Refusals):
     """One server's open connections, the one whose last sign of life is oldest first (see
     IdleLimitedProtocol._touch), and how many it closed since its last log line about them, by reason."""
 
     def __init__(self):
+        super().__init__(refused_connections, LOG_EVERY)
         self.activity: OrderedDict[IdleLimitedProtocol, None] = OrderedDict()
-        self.closed: dict[str, int] = {}
 
     def count_closed(self, loop, reason: str) -> None:
-        refused_connections().labels(reason).inc()
-        if not self.closed:
-            loop.call_later(LOG_EVERY, self._log_closed)
-        self.closed[reason] = self.closed.get(reason, 0) + 1
+        self.refused(reason, loop=loop)
 
-    def _log_closed(self) -> None:
-        counts, self.closed = self.closed, {}
+    def summary(self, counts: Counter[str]) -> None:
         logger.warning(
             "closed %d connections in the last %g s for their clients' slowness or to make room: %s",
-            sum(counts.values()),
-            LOG_EVERY,
+            counts.total(),
+            self.every,
             ", ".join(f"{count} {reason}" for reason, count in sorted(counts.items())),
-            extra={"fields": {"closed_connections": counts}},
+            extra={"fields": {"closed_connections": dict(counts)}},
         )
 
 

@@ -192,7 +192,7 @@ def test_replace_worker_fails_a_stopped_workers_requests_and_starts_one_with_the
 
 
 def test_every_worker_mlserver_starts_goes_through_the_engines_start(no_worker_processes):
-    """serving/devices.py gives each parallel worker its GPUs in the environment MLServer starts it with."""
+    """server/devices.py gives each parallel worker its GPUs in the environment MLServer starts it with."""
     from mlserver.parallel.pool import InferencePool
 
     started = []

@@ -3,7 +3,7 @@ by name)."""
 
 import sys
 
-from chariot_support.serving.server import serve
+from chariot_support.server.server import serve
 
 from .model import MODELS
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from chariot_support.client import cli as client
 from chariot_support.evaluate.data import Dataset, Sample, load
-from chariot_support.evaluate.engine import (
+from chariot_support.dev.engine import (
     EngineFailed,
     default_model_id,
     engine_command,

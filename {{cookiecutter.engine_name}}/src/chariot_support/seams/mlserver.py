@@ -292,7 +292,7 @@ async def replace_worker(pool, pid: int, exit_code: int) -> None:
     await pool.on_worker_stop(pid, exit_code)
 
 
-# How the engine has MLServer start each parallel worker process (serving/devices.py: each its share of the GPUs).
+# How the engine has MLServer start each parallel worker process (server/devices.py: each its share of the GPUs).
 _start_worker: Callable[[Callable[[], Any]], Any] | None = None
 
 

@@ -1,5 +1,5 @@
-"""The engine an evaluation asks: the one at `--url`, or this engine started here on free loopback ports and
-stopped by its process id; its model id and task type read from its package and its metadata."""
+"""The engine a developer's tool asks (evaluate, tune): the one at `--url`, or this engine started here on free
+loopback ports and stopped by its process id; its model id and task type read from its package and its metadata."""
 
 from __future__ import annotations
 

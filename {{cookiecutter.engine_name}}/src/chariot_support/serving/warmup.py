@@ -10,6 +10,7 @@ no request metrics. A warm-up that fails fails the load, saying what failed and 
 from __future__ import annotations
 
 import logging
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -50,18 +51,16 @@ def batch_sizes(max_batch_size: int) -> list[int]:
 
 
 def engine_samples(model_class: type) -> Path | None:
-    """The engine's samples/ folder when the model runs from the engine's source (src/<package>/model.py, beside
-    pyproject.toml and samples/); None where it does not (an image installs the package without its samples)."""
-    import sys
-
+    """The engine's samples/ folder: beside pyproject.toml above the model's source when it runs from the engine's
+    folder (src/<package>/model.py), else samples/ in the working directory; None when there is neither, as in the
+    image, which leaves samples/ out (.dockerignore)."""
     module = sys.modules.get(model_class.__module__)
     where = getattr(module, "__file__", None)
-    if not where:
-        return None
-    for folder in Path(where).resolve().parents[:4]:
+    for folder in Path(where).resolve().parents[:4] if where else ():
         if (folder / "pyproject.toml").is_file() and (folder / "samples").is_dir():
             return folder / "samples"
-    return None
+    here = Path.cwd() / "samples"
+    return here if here.is_dir() else None
 
 
 def folder_pictures(folder: Path, settings: EngineSettings, what: str) -> list[np.ndarray]:

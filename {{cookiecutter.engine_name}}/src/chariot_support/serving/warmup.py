@@ -166,7 +166,7 @@ def warm_up(instances: Sequence[ChariotModel], task: TaskType, settings: EngineS
     sizes = batch_sizes(settings.max_batch_size)
     calls = 0
     prompts: tuple[str, ...] | None = None  # the images' own, until the model refuses them for want of a prompt
-    refused = None
+    refused: tuple[str, str] | None = None  # the call the model refused as a bad request, and what it said
     for copy, instance in enumerate(instances):
         for size in sizes:
             where = f"warm-up predict of {size} image{'' if size == 1 else 's'} on copy {copy}"
@@ -180,7 +180,7 @@ def warm_up(instances: Sequence[ChariotModel], task: TaskType, settings: EngineS
                     prompts = (WARMUP_PROMPT,)
                     _predict(instance, task, batch_of(inputs.images, size, prompts))
             except BadRequest as refusal:
-                refused = f"{where}: {refusal}"
+                refused = (where, str(refusal))
                 break
             except Exception as exc:
                 raise ModelLoadFailed(
@@ -196,8 +196,7 @@ def warm_up(instances: Sequence[ChariotModel], task: TaskType, settings: EngineS
         logger.warning(
             "the model is not warmed up: it refused the %s as a bad request (%s); give it images it takes with its"
             " warmup() (Images with the prompts or parameters it needs), or %s",
-            refused.split(":", 1)[0],
-            refused.split(": ", 1)[1],
+            *refused,
             TURN_OFF,
         )
     return {

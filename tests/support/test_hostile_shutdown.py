@@ -69,7 +69,8 @@ def test_sigterm_while_an_overrun_native_predict_runs_exits_0(tmp_path):
     still ends the engine with 0 (the C++ runtime torn down under that thread would abort it: 134)."""
     import requests
 
-    env = {"CHARIOT_PREDICT_TIMEOUT": "0.5", "MODEL_DIR": str(tmp_path)}
+    # No warm-up: its predict takes seconds, and this test needs none before its one request.
+    env = {"CHARIOT_PREDICT_TIMEOUT": "0.5", "MODEL_DIR": str(tmp_path), "CHARIOT_WARMUP": "0"}
     with run_engine("slow_native_engine", src=HERE, env=env) as engine:
         body = chariot_request(image_input("image-0", PIXELS))
         reply = requests.post(f"{engine.url}/v2/models/m-slow/infer", json=body, timeout=30)

@@ -12,11 +12,11 @@ from mlserver.types import InferenceRequest
 from warming import PIXELS, ask, json_lines
 
 from chariot_support.dev.testing import as_image, chariot_request, image_input
-from chariot_support.errors import ModelLoadFailed
+from chariot_support.errors import BadRequest, ModelLoadFailed
 from chariot_support.model.base import ChariotModel
 from chariot_support.model.demo import DemoDetector
-from chariot_support.model.tasks import Detection, TaskType
-from chariot_support.runtime.warmup import SYNTHETIC_SIZE, batch_sizes, warm_up, warmup_inputs
+from chariot_support.model.tasks import Detection, PromptAnswer, TaskType
+from chariot_support.runtime.warmup import SYNTHETIC_SIZE, WARMUP_PROMPT, batch_sizes, warm_up, warmup_inputs
 from chariot_support.settings import EngineSettings
 from template_paths import ENGINE_TEMPLATE
 
@@ -39,7 +39,7 @@ class Recorder(ChariotModel):
 
 class Given(Recorder):
     def warmup(self):
-        return [np.full((20, 30, 3), 9, np.uint8), as_image(np.zeros((10, 12, 3), np.uint8))]
+        return [np.full((20, 30, 3), 9, np.uint8), as_image(np.zeros((10, 12, 3), np.uint8), prompts=["what?"])]
 
 
 def settings(**env: str) -> EngineSettings:
@@ -67,14 +67,15 @@ def test_the_pictures_come_from_the_setting_then_the_model_then_the_samples_then
     cv2.imwrite(str(tmp_path / "a.png"), np.zeros((40, 50, 3), np.uint8))
     (tmp_path / "notes.txt").write_text("not a picture")
     chosen = warmup_inputs(Given(), settings(CHARIOT_WARMUP_IMAGES=str(tmp_path)))
-    assert [p.shape for p in chosen.pixels] == [(40, 50, 3)] and chosen.source == str(tmp_path)
+    assert [i.pixels.shape for i in chosen.images] == [(40, 50, 3)] and chosen.source == str(tmp_path)
     chosen = warmup_inputs(Given(), settings())
-    assert [p.shape for p in chosen.pixels] == [(20, 30, 3), (10, 12, 3)] and chosen.source == "Given.warmup"
+    assert [i.pixels.shape for i in chosen.images] == [(20, 30, 3), (10, 12, 3)] and chosen.source == "Given.warmup"
+    assert chosen.images[1].prompts == ("what?",), "an Image the model gives keeps its own settings"
     # The demo model runs from the engine's source, beside its samples/; a model in tests/ has none.
     chosen = warmup_inputs(DemoDetector(), settings())
-    assert chosen.source == str(ENGINE_TEMPLATE / "samples") and len(chosen.pixels) == 2
+    assert chosen.source == str(ENGINE_TEMPLATE / "samples") and len(chosen.images) == 2
     chosen = warmup_inputs(Recorder(), settings())
-    assert chosen.source.startswith("a synthetic") and chosen.pixels[0].shape == (*SYNTHETIC_SIZE, 3)
+    assert chosen.source.startswith("a synthetic") and chosen.images[0].pixels.shape == (*SYNTHETIC_SIZE, 3)
 
 
 def test_warmup_inputs_that_cannot_be_used_say_what_to_do(tmp_path):
@@ -139,6 +140,33 @@ def first_answers(settings: EngineSettings) -> list[float]:
         return took
     finally:
         asyncio.run(runtime.unload())
+
+
+def test_a_model_that_refuses_the_warmup_as_a_bad_request_loads_unwarmed_and_says_how_to_warm_it(caplog):
+    class Asks(ChariotModel):
+        """Answers questions only, as a visual question answering model does."""
+
+        task_type = TaskType.IMAGE_TEXT_TO_TEXT
+        asked: list = []
+
+        def predict(self, images, tensors):
+            if not images[0].prompts:
+                raise BadRequest("this model answers questions; send them in 'prompts'")
+            self.asked.append(images[0].prompts)
+            return [[PromptAnswer(prompt=p, answer="shapes") for p in i.prompts] for i in images]
+
+    done = warm_up([Asks()], TaskType.IMAGE_TEXT_TO_TEXT, settings(CHARIOT_MAX_BATCH_SIZE="2"))
+    assert done["calls"] == 2 and not done["refused"] and Asks.asked == [(WARMUP_PROMPT,)] * 2
+
+    class Refuses(Recorder):
+        def predict(self, images, tensors):
+            raise BadRequest("send a 'region' parameter")
+
+    done = warm_up([Refuses()], TaskType.OBJECT_DETECTION, settings())
+    assert done["refused"] and done["calls"] == 0
+    (warned,) = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert "not warmed up: it refused the warm-up predict of 1 image on copy 0 as a bad request" in warned
+    assert "send a 'region' parameter" in warned and "warmup()" in warned and "CHARIOT_WARMUP=0" in warned
 
 
 def test_without_warmup_the_first_request_pays_for_the_first_call():

@@ -10,16 +10,17 @@ no request metrics. A warm-up that fails fails the load, saying what failed and 
 from __future__ import annotations
 
 import logging
+import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import cv2
 import numpy as np
 
-from chariot_support.errors import ModelLoadFailed
+from chariot_support.errors import BadRequest, ModelLoadFailed
 from chariot_support.model.base import ChariotModel
 from chariot_support.model.image import Image
 from chariot_support.model.tasks import TaskType, validate_results
@@ -34,14 +35,21 @@ MAX_PICTURES = 16
 # The synthetic picture's size when no pictures are found: a common camera frame.
 SYNTHETIC_SIZE = (480, 640)
 TURN_OFF = "set CHARIOT_WARMUP=0 to start without warm-up"
+# What an Image Text to Text model that needs a question is asked.
+WARMUP_PROMPT = "What is in this picture?"
 
 
 @dataclass(frozen=True)
 class WarmupInputs:
-    """The pictures to warm the model with, and where they came from (for the log line)."""
+    """The images to warm the model with (a request's defaults, unless the model's `warmup` gave its own), and where
+    they came from (for the log line)."""
 
-    pixels: list[np.ndarray]
+    images: list[Image]
     source: str
+
+    @classmethod
+    def of(cls, pictures: Sequence[np.ndarray | Image], source: str) -> WarmupInputs:
+        return cls([p if isinstance(p, Image) else image_of(p, f"warmup-{i}") for i, p in enumerate(pictures)], source)
 
 
 def batch_sizes(max_batch_size: int) -> list[int]:
@@ -50,18 +58,16 @@ def batch_sizes(max_batch_size: int) -> list[int]:
 
 
 def engine_samples(model_class: type) -> Path | None:
-    """The engine's samples/ folder when the model runs from the engine's source (src/<package>/model.py, beside
-    pyproject.toml and samples/); None where it does not (an image installs the package without its samples)."""
-    import sys
-
+    """The engine's samples/ folder: beside pyproject.toml above the model's source when it runs from the engine's
+    folder (src/<package>/model.py), else samples/ in the working directory; None when there is neither, as in the
+    image, which leaves samples/ out (.dockerignore)."""
     module = sys.modules.get(model_class.__module__)
     where = getattr(module, "__file__", None)
-    if not where:
-        return None
-    for folder in Path(where).resolve().parents[:4]:
+    for folder in Path(where).resolve().parents[:4] if where else ():
         if (folder / "pyproject.toml").is_file() and (folder / "samples").is_dir():
             return folder / "samples"
-    return None
+    here = Path.cwd() / "samples"
+    return here if here.is_dir() else None
 
 
 def folder_pictures(folder: Path, settings: EngineSettings, what: str) -> list[np.ndarray]:
@@ -92,8 +98,9 @@ def synthetic_picture() -> np.ndarray:
     return picture
 
 
-def from_model(instance: ChariotModel) -> list[np.ndarray] | None:
-    """What the model's `warmup` gives (RGB arrays or Images), or None when it gives nothing."""
+def from_model(instance: ChariotModel) -> list[np.ndarray | Image] | None:
+    """What the model's `warmup` gives (RGB arrays, or Images with their own settings), or None when it gives
+    nothing."""
     try:
         given = instance.warmup()
     except Exception as exc:
@@ -102,8 +109,9 @@ def from_model(instance: ChariotModel) -> list[np.ndarray] | None:
         ) from exc
     if given is None:
         return None
-    pictures = [each.pixels if isinstance(each, Image) else each for each in given]
-    for index, pixels in enumerate(pictures):
+    given = list(given)
+    for index, each in enumerate(given):
+        pixels = each.pixels if isinstance(each, Image) else each
         if not (
             isinstance(pixels, np.ndarray) and pixels.dtype == np.uint8 and pixels.ndim == 3 and pixels.shape[2] == 3
         ):
@@ -112,7 +120,7 @@ def from_model(instance: ChariotModel) -> list[np.ndarray] | None:
                 f"{type(instance).__name__}.warmup must return RGB pictures (uint8 arrays H x W x 3, or Images);"
                 f" item {index} is {got}"
             )
-    return pictures or None
+    return given or None
 
 
 def warmup_inputs(instance: ChariotModel, settings: EngineSettings) -> WarmupInputs:
@@ -120,32 +128,32 @@ def warmup_inputs(instance: ChariotModel, settings: EngineSettings) -> WarmupInp
     else one synthetic picture."""
     if settings.warmup_images:
         folder = Path(settings.warmup_images)
-        return WarmupInputs(folder_pictures(folder, settings, "CHARIOT_WARMUP_IMAGES"), str(folder))
+        return WarmupInputs.of(folder_pictures(folder, settings, "CHARIOT_WARMUP_IMAGES"), str(folder))
     given = from_model(instance)
     if given is not None:
-        return WarmupInputs(given, f"{type(instance).__name__}.warmup")
+        return WarmupInputs.of(given, f"{type(instance).__name__}.warmup")
     samples = engine_samples(type(instance))
     if samples is not None:
         try:
-            return WarmupInputs(folder_pictures(samples, settings, "the engine's samples folder"), str(samples))
+            return WarmupInputs.of(folder_pictures(samples, settings, "the engine's samples folder"), str(samples))
         except ModelLoadFailed:
             pass  # a samples folder emptied on purpose: the synthetic picture will do
-    return WarmupInputs([synthetic_picture()], "a synthetic 640x480 picture")
+    return WarmupInputs.of([synthetic_picture()], "a synthetic 640x480 picture")
 
 
-def images_of(pixels: Sequence[np.ndarray], count: int) -> list[Image]:
-    """`count` Images as a request with the default settings would hand them to predict, repeating the pictures."""
-    return [
-        Image(
-            name=f"warmup-{index}",
-            pixels=pixels[index % len(pixels)],
-            action="predict",
-            score_threshold=None,
-            prompts=(),
-            parameters={},
-        )
-        for index in range(count)
-    ]
+def image_of(pixels: np.ndarray, name: str, prompts: tuple[str, ...] = ()) -> Image:
+    """An Image as a request with the default settings hands it to predict."""
+    return Image(name=name, pixels=pixels, action="predict", score_threshold=None, prompts=prompts, parameters={})
+
+
+def batch_of(images: Sequence[Image], count: int, prompts: tuple[str, ...] | None = None) -> list[Image]:
+    """`count` images, repeating `images`, each named apart (and asked `prompts` instead of its own, when given)."""
+    batch = []
+    for index in range(count):
+        image = images[index % len(images)]
+        asked = image.prompts if prompts is None else prompts
+        batch.append(replace(image, name=f"{image.name}-{index}", prompts=asked) if count > 1 or prompts else image)
+    return batch
 
 
 def warm_up(instances: Sequence[ChariotModel], task: TaskType, settings: EngineSettings) -> dict[str, Any] | None:
@@ -157,24 +165,50 @@ def warm_up(instances: Sequence[ChariotModel], task: TaskType, settings: EngineS
     inputs = warmup_inputs(instances[0], settings)
     sizes = batch_sizes(settings.max_batch_size)
     calls = 0
+    prompts: tuple[str, ...] | None = None  # the images' own, until the model refuses them for want of a prompt
+    refused: tuple[str, str] | None = None  # the call the model refused as a bad request, and what it said
     for copy, instance in enumerate(instances):
         for size in sizes:
-            images = images_of(inputs.pixels, size)
             where = f"warm-up predict of {size} image{'' if size == 1 else 's'} on copy {copy}"
             try:
-                results = instance.predict(images, {})
-                validate_results(task, results, [i.name for i in images])
+                try:
+                    _predict(instance, task, batch_of(inputs.images, size, prompts))
+                except BadRequest:
+                    # An Image Text to Text model may need a question: ask it one, once, before giving up.
+                    if task is not TaskType.IMAGE_TEXT_TO_TEXT or prompts is not None or calls:
+                        raise
+                    prompts = (WARMUP_PROMPT,)
+                    _predict(instance, task, batch_of(inputs.images, size, prompts))
+            except BadRequest as refusal:
+                refused = (where, str(refusal))
+                break
             except Exception as exc:
                 raise ModelLoadFailed(
                     f"{where} failed: {type(exc).__name__}: {exc}. The pictures came from {inputs.source}: fix the"
                     f" model, give it pictures it takes (CHARIOT_WARMUP_IMAGES, or the model's warmup), or {TURN_OFF}"
                 ) from exc
             calls += 1
+        if refused:
+            break
+    if refused:
+        # The model says the engine's warm-up request is not one it takes: nothing is wrong with the model, but it
+        # is not warmed. Said loudly, with the fix; not a failure.
+        logger.warning(
+            "the model is not warmed up: it refused the %s as a bad request (%s); give it images it takes with its"
+            " warmup() (Images with the prompts or parameters it needs), or %s",
+            *refused,
+            TURN_OFF,
+        )
     return {
         "calls": calls,
         "batch_sizes": sizes,
         "copies": len(instances),
-        "pictures": len(inputs.pixels),
+        "pictures": len(inputs.images),
         "source": inputs.source,
+        "refused": refused is not None,
         "seconds": round(time.perf_counter() - started, 3),
     }
+
+
+def _predict(instance: ChariotModel, task: TaskType, images: list[Image]) -> None:
+    validate_results(task, instance.predict(images, {}), [i.name for i in images])

@@ -292,27 +292,22 @@ async def replace_worker(pool, pid: int, exit_code: int) -> None:
     await pool.on_worker_stop(pid, exit_code)
 
 
-# How the engine has MLServer start each parallel worker process (server/devices.py: each its share of the GPUs).
-_start_worker: Callable[[Callable[[], Any]], Any] | None = None
+_start_worker: Callable[[Callable[[], Any]], Any] | None = None  # how each worker starts (server/devices.py)
 
 
 def start_workers_with(start: Callable[[Callable[[], Any]], Any] | None) -> None:
-    """Have MLServer start every parallel worker process (at start-up, and each replacement) as `start(spawn)`: `spawn`
-    starts the process and returns it (multiprocessing.Process); None: as MLServer does. MLServer starts workers with
-    the `spawn` method, so a worker inherits the environment the main process has while `spawn` runs."""
+    """Have MLServer start each parallel worker process (at start-up, and each replacement) as `start(spawn)`, where
+    `spawn()` starts it and returns it (None: as MLServer does). It inherits the environment `spawn` runs in."""
     global _start_worker
-    _start_worker = start
-    spawn = mlserver_pool._spawn_worker
-    if getattr(spawn, "__wrapped__", None) is not None:  # already routed through _start_worker
-        return
+    _start_worker, spawn = start, mlserver_pool._spawn_worker
+    if getattr(spawn, "__wrapped__", None) is None:  # not yet routed through _start_worker
 
-    @functools.wraps(spawn)
-    def spawn_worker(*args: Any, **kwargs: Any) -> Any:
-        if _start_worker is None:
-            return spawn(*args, **kwargs)
-        return _start_worker(lambda: spawn(*args, **kwargs))
+        @functools.wraps(spawn)
+        def spawn_worker(*args: Any, **kwargs: Any) -> Any:
+            launch = functools.partial(spawn, *args, **kwargs)
+            return launch() if _start_worker is None else _start_worker(launch)
 
-    mlserver_pool._spawn_worker = spawn_worker
+        mlserver_pool._spawn_worker = spawn_worker
 
 
 def handle_worker_exits(handler: Callable[[], None]) -> None:

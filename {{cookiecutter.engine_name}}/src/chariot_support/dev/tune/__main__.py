@@ -4,7 +4,9 @@ tune.png and settings.env (and kserve-patch.yaml for `--target-rps`) to `--out`.
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
+import threading
 from pathlib import Path
 
 from chariot_support.dev.tune import machine, plot, report
@@ -57,8 +59,19 @@ def levels(text: str | None) -> list[int] | None:
     return found
 
 
+def stop_on_sigterm() -> None:
+    """SIGTERM (a `kill`, a CI runner's timeout) ends the run as Ctrl-C does: the engine it started is stopped."""
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, interrupt)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    stop_on_sigterm()
     try:
         if args.minutes <= 0 or (args.p99_ms is not None and args.p99_ms <= 0):
             raise ValueError("--minutes and --p99-ms must be more than 0")
@@ -136,4 +149,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:
+        print("\ninterrupted: the engine it started is stopped, nothing was written", file=sys.stderr)
+        sys.exit(130)

@@ -273,17 +273,18 @@ def tool(tmp_path: Path, engine: str, *args: str, busy: bool = True) -> subproce
     """The command run on `engine`; with `busy`, on this shared machine whatever the other load (it is measured and
     reported, not refused)."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SUPPORT_SRC), str(HERE)])}
-    env = {k: v for k, v in env.items() if k not in TUNED}
     command = [sys.executable, "-m", "chariot_support.dev.tune", "--engine", engine, "--out", str(tmp_path / "out")]
     command += ["--model-dir", str(tmp_path), *(["--max-other-load", "100"] if busy else []), *args]
     return subprocess.run(command, env=env, capture_output=True, text=True, timeout=180)
 
 
 @pytest.mark.slow
-def test_pictures_the_model_refuses_or_fails_on_are_refused_by_name(tmp_path):
+def test_pictures_the_model_refuses_or_fails_on_are_refused_by_name(tmp_path, monkeypatch):
     small = tmp_path / "small.png"
     cv2.imwrite(str(small), cv2.imread(str(SAMPLES / "scene.png"))[:50, :50])
+    monkeypatch.setenv("CHARIOT_THREADS", "7")  # the user's own setting: the engines the tool starts leave it out
     with run_engine("tuning_engine", src=HERE, args=["fussy"], unset=TUNED) as engine:
+        assert Served.from_log(engine.log()).threads == os.cpu_count()
         path = "/v2/models/m-tuning/infer"
         with pytest.raises(Refused, match=r"the engine refused .*small.png \(HTTP 400: .*50 pixels wide"):
             check_pictures(engine.http_port, path, [small])

@@ -33,7 +33,7 @@ from chariot_support.dev.tune.choose import (
     too_slow,
 )
 from chariot_support.dev.tune.load import Refused, picture_files
-from chariot_support.dev.tune.run import Plan, check_pictures, tune
+from chariot_support.dev.tune.run import Plan, check_pictures, to_measure_again, tune
 from chariot_support.settings import EngineSettings
 from template_paths import ENGINE_TEMPLATE, SUPPORT_SRC
 
@@ -197,6 +197,10 @@ def test_a_longer_measurement_stands_over_the_quick_one():
     choice = choose(table)
     assert choice.point.phase == "long" and choice.point.rps == 200
     assert ranked(TABLE)[:2] == [Candidate(workers=2, threads=1), Candidate(copies=8, threads=8)]
+    # Measured again first: what the quick figures would recommend, then the most requests/s.
+    again = to_measure_again(TABLE, p99_ms=None)
+    assert again[:3] == [Candidate(copies=8, threads=8), Candidate(workers=2, threads=1), Candidate()]
+    assert to_measure_again(TABLE, p99_ms=100)[0] == Candidate(workers=2, threads=1)
 
 
 def test_the_time_budget_is_shared_between_the_passes():

@@ -110,6 +110,7 @@ def main(argv: list[str] | None = None) -> int:
             env={"MODEL_DIR": str(args.model_dir)} if args.model_dir else {},
             levels=chosen_levels,
             max_other_load=args.max_other_load if args.max_other_load is not None else default_max_other_load(cpus),
+            p99_ms=args.p99_ms,
         )
         tuning = tune(plan)
         served, points = tuning.served, tuning.points

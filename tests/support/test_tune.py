@@ -359,8 +359,9 @@ def test_the_demo_is_tuned_and_every_output_is_written(tmp_path):
     run = tool(
         tmp_path,
         "chariot_support 'Object Detection'",
+        "--quick",
         "--minutes",
-        "0.1",
+        "1.5",
         "--concurrency",
         "1,2",
         "--target-rps",
@@ -394,7 +395,9 @@ def test_the_demo_is_tuned_and_every_output_is_written(tmp_path):
 
 @pytest.mark.slow
 def test_copies_are_recommended_for_a_model_that_waits_outside_the_gil(tmp_path):
-    settings, tuned, defaults = tuned_against_defaults(tmp_path, "sleeper", "--minutes", "0.3", "--concurrency", "8")
+    settings, tuned, defaults = tuned_against_defaults(
+        tmp_path, "sleeper", "--quick", "--minutes", "1.5", "--concurrency", "8"
+    )
     assert int(settings["CHARIOT_MODEL_COPIES"]) > 1, settings
     assert tuned >= 1.5 * defaults, (settings, tuned, defaults)
 
@@ -403,7 +406,7 @@ def test_copies_are_recommended_for_a_model_that_waits_outside_the_gil(tmp_path)
 def test_workers_are_recommended_for_a_model_that_holds_the_gil(tmp_path):
     # Only free cores let worker processes run such a predict at once: on a machine busy with other work the tool
     # refuses to measure (the refusal is checked), as it does for a user, rather than recommend from noise.
-    found = tuned_against_defaults(tmp_path, "gil", "--minutes", "0.4", "--concurrency", "4", busy=False)
+    found = tuned_against_defaults(tmp_path, "gil", "--quick", "--minutes", "1.5", "--concurrency", "4", busy=False)
     if found is not None:
         settings, tuned, defaults = found
         assert settings["MLSERVER_PARALLEL_WORKERS"] == "2", settings
@@ -412,6 +415,8 @@ def test_workers_are_recommended_for_a_model_that_holds_the_gil(tmp_path):
 
 @pytest.mark.slow
 def test_batching_is_recommended_for_a_model_whose_calls_cost_the_same_whatever_their_size(tmp_path):
-    settings, tuned, defaults = tuned_against_defaults(tmp_path, "batch", "--minutes", "0.4", "--concurrency", "8")
+    settings, tuned, defaults = tuned_against_defaults(
+        tmp_path, "batch", "--quick", "--minutes", "1.5", "--concurrency", "8"
+    )
     assert int(settings["CHARIOT_MAX_BATCH_SIZE"]) > 1, settings
     assert tuned > defaults, (settings, tuned, defaults)

@@ -28,6 +28,12 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--images", type=Path, help="a folder of pictures to send (default: this engine's samples/)")
     p.add_argument("--minutes", type=float, default=3.0, help="how long the whole run may take (default 3)")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="a first look: every setting measured once, as briefly as"
+        " is worth it, and no longer second pass (--minutes still bounds the run)",
+    )
     p.add_argument("--p99-ms", type=float, help="the latency budget: the most requests/s with p99 within it")
     p.add_argument("--target-rps", type=float, help="size a deployment for this many requests/s")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"where to write (default {DEFAULT_OUT}/)")
@@ -111,6 +117,7 @@ def main(argv: list[str] | None = None) -> int:
             levels=chosen_levels,
             max_other_load=args.max_other_load if args.max_other_load is not None else default_max_other_load(cpus),
             p99_ms=args.p99_ms,
+            quick=args.quick,
         )
         tuning = tune(plan)
         served, points = tuning.served, tuning.points

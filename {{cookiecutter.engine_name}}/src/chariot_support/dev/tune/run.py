@@ -44,6 +44,7 @@ class Plan:
     levels: list[int] | None = None  # None: from the machine
     max_other_load: float | None = None  # CPUs; None: a quarter of the machine's, at least half a CPU
     p99_ms: float | None = None  # the latency budget the choice keeps to (--p99-ms)
+    quick: bool = False  # one brief pass over the candidates, no longer one (--quick)
 
 
 @dataclass
@@ -194,6 +195,8 @@ def tune(plan: Plan) -> Tuning:
         everything = candidates(served, cpus, gpus, engine_mb=engine_mb, memory_mb=memory_mb)
         levels = plan.levels or concurrency_levels(served, cpus)
         seconds = quick_plan(plan.budget_s, startup, len(everything), len(levels), request_s)
+        if plan.quick:  # each level as briefly as is worth it, and no second pass
+            seconds = quick_plan(0, 0, len(everything), len(levels), request_s)
         if reason := too_slow(plan.budget_s, startup, len(levels), seconds, request_s):
             raise Refused(reason)
         for clients in levels:
@@ -222,7 +225,7 @@ def tune(plan: Plan) -> Tuning:
         else:
             left_out.append(candidate)
     left = plan.budget_s - progress.elapsed()
-    keep, longer = long_plan(left, max(overheads), len(levels), seconds, len(tried))
+    keep, longer = (0, 0.0) if plan.quick else long_plan(left, max(overheads), len(levels), seconds, len(tried))
     pass_over(to_measure_again(points, plan.p99_ms)[:keep], longer, "long")
     progress.close()
     others = statistics.median([p.others_cpus for p in points if p.usable] or [0.0])

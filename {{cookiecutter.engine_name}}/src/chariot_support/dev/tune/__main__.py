@@ -4,7 +4,9 @@ tune.png and settings.env (and kserve-patch.yaml for `--target-rps`) to `--out`.
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
+import threading
 from pathlib import Path
 
 from chariot_support.dev.tune import machine, plot, report
@@ -26,6 +28,12 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--images", type=Path, help="a folder of pictures to send (default: this engine's samples/)")
     p.add_argument("--minutes", type=float, default=3.0, help="how long the whole run may take (default 3)")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="a first look: every setting measured once, as briefly as"
+        " is worth it, and no longer second pass (--minutes still bounds the run)",
+    )
     p.add_argument("--p99-ms", type=float, help="the latency budget: the most requests/s with p99 within it")
     p.add_argument("--target-rps", type=float, help="size a deployment for this many requests/s")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"where to write (default {DEFAULT_OUT}/)")
@@ -57,8 +65,19 @@ def levels(text: str | None) -> list[int] | None:
     return found
 
 
+def stop_on_sigterm() -> None:
+    """SIGTERM (a `kill`, a CI runner's timeout) ends the run as Ctrl-C does: the engine it started is stopped."""
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, interrupt)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    stop_on_sigterm()
     try:
         if args.minutes <= 0 or (args.p99_ms is not None and args.p99_ms <= 0):
             raise ValueError("--minutes and --p99-ms must be more than 0")
@@ -97,6 +116,8 @@ def main(argv: list[str] | None = None) -> int:
             env={"MODEL_DIR": str(args.model_dir)} if args.model_dir else {},
             levels=chosen_levels,
             max_other_load=args.max_other_load if args.max_other_load is not None else default_max_other_load(cpus),
+            p99_ms=args.p99_ms,
+            quick=args.quick,
         )
         tuning = tune(plan)
         served, points = tuning.served, tuning.points
@@ -136,4 +157,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:
+        print("\ninterrupted: the engine it started is stopped, nothing was written", file=sys.stderr)
+        sys.exit(130)

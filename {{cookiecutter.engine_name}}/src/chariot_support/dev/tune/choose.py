@@ -12,8 +12,9 @@ from chariot_support.dev.tune.load import Refused
 
 MIN_SECONDS = 0.6  # the shortest measurement of one concurrency level worth taking
 MIN_ANSWERS = 10  # requests one client must at least get answered in one level's measurement
-QUICK_SHARE = 0.55  # of the budget, for measuring every candidate once
+QUICK_SHARE = 0.4  # of the budget, for measuring every candidate once (the rest: the best again, longer)
 LONG_KEEP = 3  # candidates measured again, longer
+LONGER = 1.5  # how much longer at least, else the quick figures stand
 HEADROOM = 0.75  # a replica is sized to run at this share of the throughput it was measured at
 
 
@@ -85,10 +86,10 @@ def fits(elapsed_s: float, budget_s: float, startup_s: float, levels: int, secon
 
 def long_plan(left_s: float, startup_s: float, levels: int, quick_seconds: float, candidates: int) -> tuple[int, float]:
     """How many of the best candidates to measure again, and for how long each level, in the time left: only when
-    each level can run at least twice as long as in the quick pass (else the quick figures stand)."""
+    each level can run at least LONGER times as long as in the quick pass (else the quick figures stand)."""
     for count in range(min(LONG_KEEP, candidates), 0, -1):
-        seconds = (left_s - count * startup_s) / (count * levels)
-        if seconds >= 2 * quick_seconds:
+        seconds = (left_s - count * startup_s) / (count * levels) - warmup_s(quick_seconds * LONGER)
+        if seconds >= LONGER * quick_seconds:
             return count, seconds
     return 0, 0.0
 

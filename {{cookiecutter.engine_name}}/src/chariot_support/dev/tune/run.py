@@ -20,6 +20,7 @@ from chariot_support.dev.tune import machine
 from chariot_support.dev.tune.candidates import TUNED, Candidate, Served, candidates, concurrency_levels
 from chariot_support.dev.tune.choose import (
     Point,
+    choose,
     fits,
     long_plan,
     quick_plan,
@@ -42,6 +43,8 @@ class Plan:
     env: dict[str, str] = field(default_factory=dict)  # MODEL_DIR and the like, for every candidate
     levels: list[int] | None = None  # None: from the machine
     max_other_load: float | None = None  # CPUs; None: a quarter of the machine's, at least half a CPU
+    p99_ms: float | None = None  # the latency budget the choice keeps to (--p99-ms)
+    quick: bool = False  # one brief pass over the candidates, no longer one (--quick)
 
 
 @dataclass
@@ -192,6 +195,8 @@ def tune(plan: Plan) -> Tuning:
         everything = candidates(served, cpus, gpus, engine_mb=engine_mb, memory_mb=memory_mb)
         levels = plan.levels or concurrency_levels(served, cpus)
         seconds = quick_plan(plan.budget_s, startup, len(everything), len(levels), request_s)
+        if plan.quick:  # each level as briefly as is worth it, and no second pass
+            seconds = quick_plan(0, 0, len(everything), len(levels), request_s)
         if reason := too_slow(plan.budget_s, startup, len(levels), seconds, request_s):
             raise Refused(reason)
         for clients in levels:
@@ -220,14 +225,24 @@ def tune(plan: Plan) -> Tuning:
         else:
             left_out.append(candidate)
     left = plan.budget_s - progress.elapsed()
-    keep, longer = long_plan(left, max(overheads), len(levels), seconds, len(tried))
-    pass_over(ranked(points)[:keep], longer, "long")
+    keep, longer = (0, 0.0) if plan.quick else long_plan(left, max(overheads), len(levels), seconds, len(tried))
+    pass_over(to_measure_again(points, plan.p99_ms)[:keep], longer, "long")
     progress.close()
     others = statistics.median([p.others_cpus for p in points if p.usable] or [0.0])
     if reason := too_busy(others, cpus, most):
         raise Refused(reason, points)
     described = f"{model}: {about}" if about else model
     return Tuning(served, described, points, tried, left_out, startup, others, levels, progress.elapsed())
+
+
+def to_measure_again(points: list[Point], p99_ms: float | None) -> list[Candidate]:
+    """The candidates worth a longer measurement, best first: the one the quick figures would recommend (so that
+    the recommendation rests on the longer figures), then the rest by the most requests/s they reached."""
+    try:
+        first = [choose(points, p99_ms).point.candidate]
+    except Refused:
+        first = []
+    return first + [c for c in ranked(points) if c not in first]
 
 
 def default_max_other_load(cpus: int) -> float:

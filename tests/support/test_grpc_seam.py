@@ -4,6 +4,7 @@ gRPC where an assumption no longer holds, the canary says which in plain words."
 
 import ast
 import asyncio
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import grpc
@@ -35,22 +36,31 @@ class RawInterceptor(aio.ServerInterceptor):
         return seam.served_raw(handler, serve)
 
 
+@asynccontextmanager
+async def _channel(interceptor: aio.ServerInterceptor, handler: grpc.RpcMethodHandler | None = None):
+    """A channel to a grpc.aio server on loopback serving METHOD with `handler` (plain `_unary` when None) behind
+    `interceptor`; the server stops when the block ends."""
+    server = aio.server(interceptors=[interceptor])
+    handler = handler or grpc.unary_unary_rpc_method_handler(_unary)
+    server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler("canary.Echo", {"Say": handler})])
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    try:
+        async with aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            yield channel
+    finally:
+        await server.stop(None)
+
+
 def _call(*messages: bytes) -> tuple[list, RawInterceptor]:
     async def run():
         interceptor = RawInterceptor()
-        server = aio.server(interceptors=[interceptor])
         handler = grpc.unary_unary_rpc_method_handler(
             _unary, request_deserializer=lambda b: b.upper(), response_serializer=lambda b: b + b"!"
         )
-        server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler("canary.Echo", {"Say": handler})])
-        port = server.add_insecure_port("127.0.0.1:0")
-        await server.start()
-        try:
-            async with aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-                say = channel.unary_unary(METHOD)
-                answers = [await say(m, timeout=10) for m in messages]
-        finally:
-            await server.stop(None)
+        async with _channel(interceptor, handler) as channel:
+            say = channel.unary_unary(METHOD)
+            answers = [await say(m, timeout=10) for m in messages]
         return answers, interceptor
 
     return asyncio.run(run())
@@ -82,18 +92,10 @@ def test_a_call_without_a_message_reads_eof():
 
                 return seam.served_raw(handler, serve)
 
-        server = aio.server(interceptors=[Reader()])
-        handler = grpc.unary_unary_rpc_method_handler(_unary)
-        server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler("canary.Echo", {"Say": handler})])
-        port = server.add_insecure_port("127.0.0.1:0")
-        await server.start()
-        try:
-            async with aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-                call = channel.stream_stream(METHOD)(timeout=10)
-                await call.done_writing()  # a stream call that sends no message, as a broken client might
-                await call.read()
-        finally:
-            await server.stop(None)
+        async with _channel(Reader()) as channel:
+            call = channel.stream_stream(METHOD)(timeout=10)
+            await call.done_writing()  # a stream call that sends no message, as a broken client might
+            await call.read()
         return seen
 
     assert asyncio.run(run()) == [seam.EOF], "grpc.aio no longer reads EOF for a call that ended without a message"
@@ -119,13 +121,8 @@ def test_the_end_of_every_call_is_told_once_answered_aborted_or_cancelled():
 
                 return seam.served_raw(grpc.unary_unary_rpc_method_handler(_unary), serve)
 
-        server = aio.server(interceptors=[Ends()])
-        handler = grpc.unary_unary_rpc_method_handler(_unary)
-        server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler("canary.Echo", {"Say": handler})])
-        port = server.add_insecure_port("127.0.0.1:0")
-        await server.start()
         try:
-            async with aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            async with _channel(Ends()) as channel:
                 say = channel.unary_unary(METHOD)
                 assert await say(b"answer", timeout=10) == b"answer"
                 try:
@@ -141,7 +138,6 @@ def test_the_end_of_every_call_is_told_once_answered_aborted_or_cancelled():
                     await asyncio.sleep(0.02)
         finally:
             release.set()
-            await server.stop(None)
         return ended
 
     ended = asyncio.run(run())

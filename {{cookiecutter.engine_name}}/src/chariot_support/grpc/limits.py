@@ -152,10 +152,11 @@ class _Held:
 
 class CallLimits(aio.ServerInterceptor):
     """Serves each unary call as a request stream it reads the one message of, which lets the engine act before that
-    message is read and until its answer is sent (with the status, in one batch, as a unary call's): a call past CHARIOT_GRPC_MAX_CALLS is refused before its message is read (a slot is
-    free only once the answer is sent, so clients that do not read their answers hold at most that many); the
-    message must arrive within CHARIOT_GRPC_READ_TIMEOUT, and is counted in the body budget until the call ends
-    (waiting briefly for room, else UNAVAILABLE). The client sees the same unary call on the wire."""
+    message is read and until its answer is sent (with the status, in one batch, as a unary call's): a call past
+    CHARIOT_GRPC_MAX_CALLS is refused before its message is read (a slot is free only once the answer is sent, so
+    clients that do not read their answers hold at most that many); the message must arrive within
+    CHARIOT_GRPC_READ_TIMEOUT, and is counted in the body budget until the call ends (waiting briefly for room, else
+    UNAVAILABLE). The client sees the same unary call on the wire."""
 
     def __init__(self, settings: EngineSettings, budget: BodyBudget):
         self.budget = budget  # the body budget REST bodies are counted in too

@@ -19,7 +19,7 @@ from chariot_support.logs.request_lines import PROBE_CALLS
 from chariot_support.memory.budgets import LARGE_BODY, BodyBudget
 from chariot_support.protocols.v2_grpc import fields_past
 from chariot_support.refusals import LOG_EVERY, Refusals, refusal_counter
-from chariot_support.seams.grpc import EOF, answer, read, served_raw
+from chariot_support.seams.grpc import EOF, read, served_raw, when_ended
 from chariot_support.settings import EngineSettings
 
 logger = logging.getLogger("chariot_support")
@@ -118,12 +118,22 @@ class ReadingSlots:
                 woken.set_result(None)
 
 
+class _Held:
+    """The bytes a call holds in the body budget, once it has them."""
+
+    __slots__ = ("bytes",)
+
+    def __init__(self):
+        self.bytes = 0
+
+
 class CallLimits(aio.ServerInterceptor):
-    """Serves each unary call as a stream of one message, which lets the engine act before that message is read and
-    until its answer is sent: a call past CHARIOT_GRPC_MAX_CALLS is refused before its message is read (a slot is
-    free only once the answer is sent, so clients that do not read their answers hold at most that many); the
-    message must arrive within CHARIOT_GRPC_READ_TIMEOUT, and is counted in the body budget until the call ends
-    (waiting briefly for room, else UNAVAILABLE). The client sees the same unary call on the wire."""
+    """Serves each unary call as a request stream it reads the one message of, which lets the engine act before that
+    message is read and until its answer is sent (with the status, in one batch, as a unary call's): a call past
+    CHARIOT_GRPC_MAX_CALLS is refused before its message is read (a slot is free only once the answer is sent, so
+    clients that do not read their answers hold at most that many); the message must arrive within
+    CHARIOT_GRPC_READ_TIMEOUT, and is counted in the body budget until the call ends (waiting briefly for room, else
+    UNAVAILABLE). The client sees the same unary call on the wire."""
 
     def __init__(self, settings: EngineSettings, budget: BodyBudget):
         self.budget = budget  # the body budget REST bodies are counted in too
@@ -150,7 +160,7 @@ class CallLimits(aio.ServerInterceptor):
         name = handler_call_details.method.rpartition("/")[2]
         return served_raw(handler, functools.partial(self._serve, handler, name))
 
-    async def _serve(self, handler: grpc.RpcMethodHandler, name: str, _requests, context) -> None:
+    async def _serve(self, handler: grpc.RpcMethodHandler, name: str, _requests, context):
         counted = name not in PROBE_CALLS  # small, answered at once: never refused for load
         if counted and self.in_flight >= self.max_calls:
             await self._refuse(
@@ -161,42 +171,43 @@ class CallLimits(aio.ServerInterceptor):
                 " CHARIOT_GRPC_MAX_CALLS); retry shortly",
             )
         self.in_flight += counted
-        budget, held = self.budget, 0
-        try:
-            if counted:
-                message, held = await self._admit(context, name, budget)
-            else:
-                message = await self._read_small(context, name)
-            size = len(message)
-            _message_bytes.set(size)  # each call is served in a task, with a context of its own
-            request = await off_loop_if_large(self._parse, handler, name, message)
-            # Let go before any refusal: gRPC keeps an abort's exception, and its traceback these frames, past the
-            # call (twenty refused 60 MiB messages held 1.2 GB after they were answered).
-            del message
-            if request is TOO_MANY_FIELDS:
-                await self._refuse(
-                    context,
-                    "too_many_fields",
-                    grpc.StatusCode.RESOURCE_EXHAUSTED,
-                    f"the request message ({size:,} bytes) holds more than {self.max_fields:,} fields (inputs,"
-                    f" parameters and elements together), twice the {self.max_elements:,} elements this engine reads"
-                    " in one request (CHARIOT_MAX_ELEMENTS): send each image as one element holding the whole file",
-                )
-            if request is None:
-                await self._refuse(
-                    context,
-                    "malformed",
-                    grpc.StatusCode.INVALID_ARGUMENT,
-                    f"the request message ({size:,} bytes) could not be parsed as a {name}Request: send a"
-                    f" serialized inference.{name}Request, as a client generated from the service's .proto does",
-                )
-            response = await handler.unary_unary(request, context)
-            del request
-            await answer(context, response)  # returns once the answer is on its way: the client reads it
-        finally:
-            self.in_flight -= counted
-            if held:
-                budget.release(held)
+        held = _Held()
+        # The call's place and its room in the body budget are given back once its answer is sent, with its status
+        # in the same batch: a client that does not read its answers holds at most CHARIOT_GRPC_MAX_CALLS of them.
+        when_ended(context, functools.partial(self._ended, counted, held))
+        if counted:
+            message, held.bytes = await self._admit(context, name, self.budget)
+        else:
+            message = await self._read_small(context, name)
+        size = len(message)
+        _message_bytes.set(size)  # each call is served in a task, with a context of its own
+        request = await off_loop_if_large(self._parse, handler, name, message)
+        # Let go before any refusal: gRPC keeps an abort's exception, and its traceback these frames, past the
+        # call (twenty refused 60 MiB messages held 1.2 GB after they were answered).
+        del message
+        if request is TOO_MANY_FIELDS:
+            await self._refuse(
+                context,
+                "too_many_fields",
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"the request message ({size:,} bytes) holds more than {self.max_fields:,} fields (inputs,"
+                f" parameters and elements together), twice the {self.max_elements:,} elements this engine reads"
+                " in one request (CHARIOT_MAX_ELEMENTS): send each image as one element holding the whole file",
+            )
+        if request is None:
+            await self._refuse(
+                context,
+                "malformed",
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"the request message ({size:,} bytes) could not be parsed as a {name}Request: send a"
+                f" serialized inference.{name}Request, as a client generated from the service's .proto does",
+            )
+        return await handler.unary_unary(request, context)  # sent by gRPC with the call's status
+
+    def _ended(self, counted: bool, held: _Held) -> None:
+        self.in_flight -= counted
+        if held.bytes:
+            self.budget.release(held.bytes)
 
     async def _admit(self, context, name: str, budget) -> tuple[bytes, int]:
         """The call's message, read while few enough others are being read, and its room in the body budget."""

@@ -9,8 +9,8 @@ import threading
 import pytest
 from warming import ask, json_lines
 
-from chariot_support.logs.request_lines import JSONLines
 from chariot_support.logs.model_output import MAX_LINE, ModelOutput, real_stream, serving
+from chariot_support.logs.request_lines import JSONLines
 
 
 @pytest.fixture

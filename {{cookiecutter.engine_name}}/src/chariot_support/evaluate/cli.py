@@ -22,7 +22,6 @@ from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from pathlib import Path
 
 from chariot_support.client import cli as client
-from chariot_support.evaluate.data import Dataset, Sample, load
 from chariot_support.dev.engine import (
     EngineFailed,
     default_model_id,
@@ -31,6 +30,7 @@ from chariot_support.dev.engine import (
     model_task,
     task_of,
 )
+from chariot_support.evaluate.data import Dataset, Sample, load
 from chariot_support.evaluate.metrics import Bound
 from chariot_support.evaluate.text import LOWER_IS_BETTER, TEXT_METRICS
 from chariot_support.model.tasks import TaskType

@@ -15,8 +15,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from chariot_support.after_answer import afterwards
-from chariot_support.seams.mlserver import current_model_name
 from chariot_support.logs.model_output import request_fields
+from chariot_support.seams.mlserver import current_model_name
 
 HANDLER_NAME = "chariot_json_lines"
 requests_logger = logging.getLogger("chariot_support.requests")

@@ -9,11 +9,11 @@ import sys
 import threading
 from pathlib import Path
 
+from chariot_support.dev.engine import SRC, engine_command
 from chariot_support.dev.tune import machine, plot, report
 from chariot_support.dev.tune.choose import choose, size
 from chariot_support.dev.tune.load import Refused, picture_files
 from chariot_support.dev.tune.run import Plan, default_max_other_load, tune
-from chariot_support.dev.engine import SRC, engine_command
 
 DEFAULT_OUT = Path("tune-results")
 

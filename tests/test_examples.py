@@ -325,17 +325,22 @@ def test_the_torch_example_finds_the_face_clips_it_to_the_picture_and_finds_noth
     (face,) = answer(model, as_image(astronaut))
     print(f"astronaut: {face}")
     assert face.label == "face" and face.score > 0.95
-    assert 165 < face.xmin < 195 and 255 < face.xmax < 285, face
-    assert 65 < face.ymin < 100 and 160 < face.ymax < 200, face
+    # Her eyes are near (205, 115) and (245, 115), her chin at y 170: the box holds them, and no more than her head.
+    assert 150 < face.xmin < 200 and 250 < face.xmax < 300, face
+    assert 40 < face.ymin < 105 and 165 < face.ymax < 200, face
     coffee = answer(model, as_image(photos.coffee()))
     print(f"coffee: {coffee}")
     assert coffee == []
-    # The face cut by the picture's left edge, half of it in: the box starts at the edge, not past it.
-    cut = np.ascontiguousarray(astronaut[:, 220:])
-    found = model.predict([as_image(cut)], {})[0]
-    print(f"cut at x 220: {found}")
-    assert [f.label for f in found] == ["face"] and found[0].xmin == 0, found
-    assert 0 < found[0].xmax < face.xmax - 220 + 10, found
+    # The face cut by the picture's edges: MTCNN's box reaches past them (to x -62 with the left 200 columns cut
+    # off, to x 280 with all but the left 260 cut off); the example's stops at the edge.
+    left = np.ascontiguousarray(astronaut[:, 200:])
+    right = np.ascontiguousarray(astronaut[:, :260])
+    raw_left, raw_right = (model.mtcnn.detect(pixels)[0][0] for pixels in (left, right))
+    assert raw_left[0] < 0 and raw_right[2] > 260, "MTCNN reaches past the edges here"
+    (cut_left,), (cut_right,) = model.predict([as_image(left), as_image(right)], {})
+    print(f"cut at x 200: {cut_left}; cut at x 260: {cut_right}")
+    assert cut_left.xmin == 0 and 0 < cut_left.xmax < 90, cut_left
+    assert cut_right.xmax == 260 and 150 < cut_right.xmin < 200, cut_right
     # A batch: two pictures of one size go through together, a third of another size on its own; each gets the
     # answer it gets alone.
     batch = model.predict([as_image(astronaut), as_image(photos.coffee()), as_image(astronaut[::-1].copy())], {})

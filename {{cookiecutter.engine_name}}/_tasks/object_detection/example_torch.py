@@ -66,10 +66,13 @@ class Model(ChariotModel):
     def faces(self, image: Image, boxes: np.ndarray | None, scores: Sequence[float]) -> list[Detection]:
         if boxes is None:  # MTCNN's answer for a picture with no face
             return []
-        # MTCNN's boxes may reach past the picture's edges for a face cut off by one: clipped to the picture.
+        # A batch's answers come as object arrays: made plain numbers here. MTCNN's boxes may reach past the
+        # picture's edges for a face cut off by one: clipped to the picture.
+        boxes = np.asarray(boxes, dtype=np.float64).reshape(-1, 4)
         boxes = np.clip(boxes, 0, [image.width, image.height, image.width, image.height])
+        scores = np.asarray(scores, dtype=np.float64).reshape(-1)
         return [
-            Detection(label="face", score=float(s), xmin=x0, ymin=y0, xmax=x1, ymax=y1)
-            for (x0, y0, x1, y1), s in zip(boxes.tolist(), scores, strict=True)
+            Detection(label="face", score=s, xmin=x0, ymin=y0, xmax=x1, ymax=y1)
+            for (x0, y0, x1, y1), s in zip(boxes.tolist(), scores.tolist(), strict=True)
             if x1 > x0 and y1 > y0
         ]

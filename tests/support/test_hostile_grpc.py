@@ -100,8 +100,9 @@ def test_large_messages_sent_to_health_calls_are_read_a_few_at_a_time_and_refuse
         assert not guard.tripped, f"the engine passed {LIMIT_MIB} MiB and was killed"
         # gRPC health probes are read in the same lane as these calls, which are health calls too: their slowest took
         # 0.96, 0.55 and 0.63 s in three runs here (0.64-0.70 s before), so its bound is looser than the second REST
-        # health keeps. REST health, which these calls do not hold up, took 0.02, 0.05 and 0.08 s.
-        healthy(probe, grpc_within=2.0, rest_within=0.25)
+        # health keeps. REST health, which these calls do not hold up, took 0.02, 0.05 and 0.08 s; 0.25 s in a full run
+        # on a machine whose bench floor is 1.6 times slower.
+        healthy(probe, grpc_within=2.0, rest_within=0.75)
         for (code, details), _ in answers.items():
             assert code in ("INVALID_ARGUMENT", "UNAVAILABLE"), (code, details)
             if code == "INVALID_ARGUMENT":

@@ -316,11 +316,14 @@ def torch_example():
 
 
 @pytest.mark.torch
-def test_the_torch_example_finds_the_face_clips_it_to_the_picture_and_finds_nothing_in_a_coffee_cup():
+def test_the_torch_example_finds_the_face_clips_it_to_the_picture_and_finds_nothing_in_a_coffee_cup(caplog):
     import torch
 
-    model, photos = torch_example()
+    with caplog.at_level("INFO"):
+        model, photos = torch_example()
     assert model.device.type == ("cuda" if torch.cuda.is_available() else "cpu")
+    # It says where it runs: on a GPU node without a GPU request torch would take the CPU silently.
+    assert f"MTCNN on {model.device} (torch {torch.__version__}" in caplog.text and "weights: the wheel's" in caplog.text
     astronaut = photos.astronaut()
     (face,) = answer(model, as_image(astronaut))
     print(f"astronaut: {face}")

@@ -11,6 +11,7 @@ parallel workers on a GPU node, each worker loads its own model, after the worke
 each worker only; "cuda" is the first GPU the worker sees.
 """
 
+import logging
 import os
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
@@ -24,6 +25,8 @@ from chariot_support import ChariotModel, Detection, Image, TaskType
 
 MIN_FACE_SIZE = 20  # adapt: the smallest face, in pixels, worth finding (smaller is slower)
 THRESHOLDS = (0.6, 0.7, 0.7)  # adapt: each of MTCNN's three stages drops candidates scoring under its threshold
+
+logger = logging.getLogger(__name__)  # the engine writes it as JSON lines, beside its own
 
 
 class Model(ChariotModel):
@@ -41,12 +44,23 @@ class Model(ChariotModel):
         torch.set_num_threads(self.threads)
         self.device = torch.device(device)
         self.mtcnn = MTCNN(keep_all=True, min_face_size=MIN_FACE_SIZE, thresholds=list(THRESHOLDS), device=self.device)
+        own = []
         for name in ("pnet", "rnet", "onet"):
             weights = model_dir / f"{name}.pt"
             if weights.is_file():  # your own weights, from Chariot's model upload; else the wheel's
                 state = torch.load(weights, map_location=self.device, weights_only=True)
                 getattr(self.mtcnn, name).load_state_dict(state)
+                own.append(name)
         self.mtcnn.eval()
+        # Which device it took is the first thing to check on a GPU node: without a GPU request the pod sees none,
+        # and torch falls back to the CPU without a word.
+        logger.info(
+            "MTCNN on %s (torch %s, %d threads per predict), weights: %s",
+            self.device,
+            torch.__version__,
+            self.threads,
+            f"{', '.join(own)} from {model_dir}" if own else "the wheel's",
+        )
 
     def predict(self, images: Sequence[Image], tensors: Mapping[str, np.ndarray]) -> list[list[Detection]]:
         # MTCNN takes a batch of pictures of one size: pictures of the same size go through together (one pass on

@@ -221,6 +221,7 @@ def test_a_package_that_wants_opencv_python_goes_into_the_image_without_it(tmp_p
     env = uv_on_path({"VIRTUAL_ENV": str(environment)})
     env["PATH"] = os.pathsep.join([str(environment / "bin"), env["PATH"]])
     env.pop("PYTHONPATH", None)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # uv installs no bytecode: compiled on the first import, not each
 
     def run(command: list[str], cwd: Path = root) -> subprocess.CompletedProcess:
         return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)

@@ -8,7 +8,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import venv
 from pathlib import Path
 
 import pytest
@@ -16,6 +15,7 @@ import tomllib
 import yaml
 from cookiecutter.main import cookiecutter
 
+from chariot_support.dev.deps import find_uv
 from template_paths import TEMPLATE_ROOT
 
 TASKS = [
@@ -169,8 +169,12 @@ def test_ci_steps_pass_on_a_fresh_bake(engines, world_readable_dir):
     """Every step of the CI workflow but the image build (no Docker engine here), run as CI runs them."""
     root = engines["Object Detection"]
     environment = world_readable_dir / "venv"
-    venv.EnvBuilder(with_pip=True).create(environment)
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    # A Python with pip, as CI's setup-python step leaves it (uv seeds pip from its cache; ensurepip would compile it).
+    seed = [find_uv(), "venv", "--quiet", "--seed", "--python", sys.executable, str(environment)]
+    subprocess.run(seed, check=True, capture_output=True, timeout=300)
+    # As on CI's runner: no PYTHONDONTWRITEBYTECODE either, so the test step's imports are compiled once, not again
+    # in the engine it starts.
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "PYTHONDONTWRITEBYTECODE")}
     env.update(PATH=f"{environment / 'bin'}{os.pathsep}{env['PATH']}", VIRTUAL_ENV=str(environment))
     env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
     steps = run_steps(root)

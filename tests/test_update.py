@@ -124,16 +124,22 @@ def cruft_engine(template: Path, answers: dict[str, str], tmp_path: Path, env: d
     return engine
 
 
-def test_cruft_update_brings_template_changes_and_keeps_the_users_model(tmp_path, isolated):
+def test_cruft_update_brings_template_changes_and_keeps_the_users_model_and_dependencies(tmp_path, isolated):
+    """The user's model and a dependency `deps add` wrote (below the comment closing the template's dependencies)
+    stay through an update that changes the support package, the README, the demo and the template's own
+    dependencies: the two dependency lists merge without a conflict."""
+    from chariot_support.dev.deps import add_dependency
+
     assert importlib.util.find_spec("cruft"), "cruft is not installed here: pip install -r requirements-dev.txt"
     template = template_repository(tmp_path, isolated)
     engine = cruft_engine(template, {"engine_name": "road-sign", "task_type": "Object Detection"}, tmp_path, isolated)
     model_path = engine / "src" / "road_sign" / "model.py"
     assert "TaskType.OBJECT_DETECTION" in model_path.read_text()
 
-    # The user puts their model in, as the README tells them to.
+    # The user puts their model in, as the README tells them to, and a dependency of it.
     users_model = model_path.read_text().replace('"""', '"""Road signs, found by our own network.\n\n', 1)
     model_path.write_text(users_model)
+    assert add_dependency(engine / "pyproject.toml", "onnxruntime==1.32.0")
     commit(engine, "our model", isolated)
 
     # The template moves on: the support package, the README and the demo model all change.
@@ -143,6 +149,12 @@ def test_cruft_update_brings_template_changes_and_keeps_the_users_model(tmp_path
     readme.write_text(readme.read_text() + "\nA paragraph the newer template adds.\n")
     demo = template / ENGINE_TEMPLATE.name / "_tasks" / "object_detection" / "model.py"
     demo.write_text(demo.read_text() + "\n# The newer demo model.\n")
+    pyproject = template / ENGINE_TEMPLATE.name / "pyproject.toml"
+    text = pyproject.read_text()
+    assert '    "uvloop>=0.21,<0.22",\n' in text
+    pyproject.write_text(
+        text.replace('    "uvloop>=0.21,<0.22",\n', '    "uvloop>=0.21,<0.22",\n    "zstandard==0.25.0",\n')
+    )
     newer = commit(template, "newer template", isolated)
 
     checked = subprocess.run([*CRUFT, "check"], cwd=engine, env=isolated, capture_output=True, text=True, timeout=300)
@@ -154,6 +166,10 @@ def test_cruft_update_brings_template_changes_and_keeps_the_users_model(tmp_path
     assert model_path.read_text() == users_model, "the update touched the user's model.py"
     assert not list(engine.rglob("*.rej")), "the update left conflicts"
     assert not (engine / "_tasks").exists()
+    merged = (engine / "pyproject.toml").read_text()
+    assert "<<<<<<<" not in merged
+    dependencies = tomllib.loads(merged)["project"]["dependencies"]
+    assert dependencies[-3:] == ["uvloop>=0.21,<0.22", "zstandard==0.25.0", "onnxruntime==1.32.0"], dependencies
     assert json.loads((engine / ".cruft.json").read_text())["commit"] == newer
     assert json.loads((engine / ".cookiecutter.json").read_text())["_template_commit"] == newer
     changed = run(["git", "status", "--porcelain"], engine, isolated).stdout.split("\n")
@@ -161,6 +177,7 @@ def test_cruft_update_brings_template_changes_and_keeps_the_users_model(tmp_path
         ".cookiecutter.json",
         ".cruft.json",
         "README.md",
+        "pyproject.toml",
         "src/chariot_support/__init__.py",
     ]
     run([*CRUFT, "check"], engine, isolated)
@@ -327,32 +344,6 @@ def test_an_engine_baked_before_it_carried_its_answers_links_with_answers_writte
     left = subprocess.run(check, cwd=engine, env=env, capture_output=True, text=True, timeout=60)
     assert left.returncode == 0, left.stdout
     assert json.loads((engine / ".cookiecutter.json").read_text())["_template_commit"] == newest
-
-
-def test_a_dependency_the_user_added_and_one_the_template_added_merge_in_an_update(tmp_path, isolated):
-    """`deps add` writes below the comment closing the template's dependencies, so a template update that adds
-    one of its own merges without a conflict."""
-    from chariot_support.dev.deps import add_dependency
-
-    template = template_repository(tmp_path, isolated)
-    engine = cruft_engine(template, {"engine_name": "road-sign"}, tmp_path, isolated)
-    assert add_dependency(engine / "pyproject.toml", "onnxruntime==1.32.0")
-    commit(engine, "our model's dependency", isolated)
-
-    pyproject = template / ENGINE_TEMPLATE.name / "pyproject.toml"
-    text = pyproject.read_text()
-    assert '    "uvloop>=0.21,<0.22",\n' in text
-    pyproject.write_text(
-        text.replace('    "uvloop>=0.21,<0.22",\n', '    "uvloop>=0.21,<0.22",\n    "zstandard==0.25.0",\n')
-    )
-    commit(template, "the template needs zstandard", isolated)
-
-    run([*CRUFT, "update", "--skip-apply-ask"], engine, isolated)
-    assert not list(engine.rglob("*.rej")), "the update left conflicts"
-    merged = (engine / "pyproject.toml").read_text()
-    assert "<<<<<<<" not in merged
-    dependencies = tomllib.loads(merged)["project"]["dependencies"]
-    assert dependencies[-3:] == ["uvloop>=0.21,<0.22", "zstandard==0.25.0", "onnxruntime==1.32.0"], dependencies
 
 
 # The last template commit of the flat support package: engines baked from it must update to the sub-packages.

@@ -12,6 +12,7 @@ import hashlib
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -220,6 +221,7 @@ def test_a_package_that_wants_opencv_python_goes_into_the_image_without_it(tmp_p
     env = uv_on_path({"VIRTUAL_ENV": str(environment)})
     env["PATH"] = os.pathsep.join([str(environment / "bin"), env["PATH"]])
     env.pop("PYTHONPATH", None)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # uv installs no bytecode: compiled on the first import, not each
 
     def run(command: list[str], cwd: Path = root) -> subprocess.CompletedProcess:
         return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
@@ -245,12 +247,27 @@ def test_a_package_that_wants_opencv_python_goes_into_the_image_without_it(tmp_p
         assert imported.returncode == 0, f"after {step} install: {imported.stderr[-3000:]}"
 
 
-def test_a_package_with_over_tight_pins_is_explained_in_full_with_the_newest_version_that_fits(tmp_path, bare_python):
+@pytest.fixture(scope="module")
+def torchvision_added(tmp_path_factory, bare_python) -> tuple[Path, subprocess.CompletedProcess]:
+    """An engine with `deps add torchvision==0.24.1` done (one resolution for the tests that start there), and what
+    the command said; each test works on a copy."""
+    root = bake("Object Detection", tmp_path_factory.mktemp("torchvision"))
+    added = deps(bare_python, root, "add", "torchvision==0.24.1")
+    assert added.returncode == 0, added.stdout + added.stderr
+    return root, added
+
+
+def engine_copy(root: Path, folder: Path) -> Path:
+    return Path(shutil.copytree(root, folder / root.name))
+
+
+def test_a_package_with_over_tight_pins_is_explained_in_full_with_the_newest_version_that_fits(
+    tmp_path, bare_python, torchvision_added
+):
     """facenet-pytorch 2.6.0 (from PyPI) pins numpy<2, Pillow<10.3, torch<2.3 and torchvision<0.18: each is named
     with what refuses it (the template's own pins cannot move; a pin of constraints.txt can; a dependency of the
     user's own can be changed), and 2.5.3, which fits, is offered; added, it is locked, with a word on its torch."""
-    root = bake("Object Detection", tmp_path / "engine")
-    assert deps(bare_python, root, "add", "torchvision==0.24.1").returncode == 0
+    root = engine_copy(torchvision_added[0], tmp_path)
     before = {name: (root / name).read_bytes() for name in ("pyproject.toml", "constraints.txt")}
     torch = read_pins(root / "constraints.txt")["torch"]
 
@@ -343,12 +360,10 @@ def torch_cpu_index(tmp_path):
 
 
 def test_torch_says_it_is_the_cuda_build_and_the_cpu_build_comes_from_its_own_index_everywhere(
-    tmp_path, bare_python, torch_cpu_index
+    tmp_path, bare_python, torch_cpu_index, torchvision_added
 ):
     url = torch_cpu_index
-    root = bake("Object Detection", tmp_path / "engine")
-    added = deps(bare_python, root, "add", "torchvision==0.24.1")
-    assert added.returncode == 0, added.stdout + added.stderr
+    root, added = engine_copy(torchvision_added[0], tmp_path), torchvision_added[1]
     cuda = [n for n in read_pins(root / "constraints.txt") if n.startswith(("nvidia-", "cuda-")) or n == "triton"]
     assert "triton" in cuda and len(cuda) > 10, "PyPI's Linux torch is the CUDA build"
     assert (

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from chariot_support.dev.engine import SRC, engine_command
 from chariot_support.dev.tune import machine, plot, report
+from chariot_support.dev.tune.candidates import KINDS
 from chariot_support.dev.tune.choose import choose, size
 from chariot_support.dev.tune.load import Refused, picture_files
 from chariot_support.dev.tune.run import Plan, default_max_other_load, tune
@@ -33,6 +34,12 @@ def parser() -> argparse.ArgumentParser:
         action="store_true",
         help="a first look: every setting measured once, as briefly as"
         " is worth it, and no longer second pass (--minutes still bounds the run)",
+    )
+    p.add_argument(
+        "--only",
+        metavar="KINDS",
+        help="measure, beside the defaults, only settings of these kinds, e.g. copies or threads,batch (of"
+        f" {', '.join(KINDS)}): when you know which can help, a shorter run",
     )
     p.add_argument("--p99-ms", type=float, help="the latency budget: the most requests/s with p99 within it")
     p.add_argument("--target-rps", type=float, help="size a deployment for this many requests/s")
@@ -65,6 +72,16 @@ def levels(text: str | None) -> list[int] | None:
     return found
 
 
+def kinds(text: str | None) -> frozenset[str] | None:
+    if text is None:
+        return None
+    found = frozenset(part.strip() for part in text.split(",") if part.strip())
+    if not found or found - set(KINDS):
+        unknown = ", ".join(sorted(found - set(KINDS))) or "nothing"
+        raise ValueError(f"--only takes kinds of setting among {', '.join(KINDS)}, separated by commas: got {unknown}")
+    return found
+
+
 def stop_on_sigterm() -> None:
     """SIGTERM (a `kill`, a CI runner's timeout) ends the run as Ctrl-C does: the engine it started is stopped."""
 
@@ -87,6 +104,7 @@ def main(argv: list[str] | None = None) -> int:
         if command is None:
             raise ValueError("cannot tell which engine to start from here: pass --engine PACKAGE")
         chosen_levels = levels(args.concurrency)
+        chosen_kinds = kinds(args.only)
     except ValueError as mistake:
         print(f"error: {mistake}", file=sys.stderr)
         return 2
@@ -101,6 +119,7 @@ def main(argv: list[str] | None = None) -> int:
         "startup_s": 0.0,
         "others_cpus": 0.0,
         "model": "?",
+        "only": args.only and ", ".join(sorted(kinds(args.only))),
     }
     served, points, choice, refused, sizing = None, [], None, None, None
     try:
@@ -118,6 +137,7 @@ def main(argv: list[str] | None = None) -> int:
             max_other_load=args.max_other_load if args.max_other_load is not None else default_max_other_load(cpus),
             p99_ms=args.p99_ms,
             quick=args.quick,
+            only=chosen_kinds,
         )
         tuning = tune(plan)
         served, points = tuning.served, tuning.points

@@ -17,6 +17,7 @@ TUNED = (
     "CHARIOT_PREDICT_INLINE",
 )
 BATCH_WAIT_MS = 5.0
+KINDS = ("threads", "copies", "batch", "workers")  # what a candidate changes, for --only
 
 
 @dataclass(frozen=True)
@@ -89,6 +90,14 @@ class Candidate:
     @property
     def is_default(self) -> bool:
         return not self.env
+
+    @property
+    def kind(self) -> str:
+        """What the candidate changes, one of KINDS: worker processes, batching, copies of the model, or threads
+        alone ("defaults" for the defaults)."""
+        if self.is_default:
+            return "defaults"
+        return "workers" if self.workers else "batch" if self.batch else "copies" if self.copies else "threads"
 
 
 def candidates(

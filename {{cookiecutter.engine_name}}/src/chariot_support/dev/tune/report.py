@@ -149,6 +149,8 @@ def write(
         table(points) if points else "(nothing was measured)",
         "",
     ]
+    if about.get("only"):
+        lines += [f"Measured beside the defaults: only settings of {about['only']} (--only).", ""]
     if about.get("left_out"):
         lines += [f"Not measured, for want of time (give more --minutes): {', '.join(about['left_out'])}.", ""]
     (out / "report.md").write_text("\n".join(lines))

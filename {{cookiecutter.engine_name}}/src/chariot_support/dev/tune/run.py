@@ -45,6 +45,7 @@ class Plan:
     max_other_load: float | None = None  # CPUs; None: a quarter of the machine's, at least half a CPU
     p99_ms: float | None = None  # the latency budget the choice keeps to (--p99-ms)
     quick: bool = False  # one brief pass over the candidates, no longer one (--quick)
+    only: frozenset[str] | None = None  # the kinds of candidate to measure beside the defaults (--only); None: all
 
 
 @dataclass
@@ -192,7 +193,7 @@ def tune(plan: Plan) -> Tuning:
         bodies, request_s = check_pictures(engine.http_port, path, plan.pictures)
         engine_mb = machine.peak_rss_mb(machine.process_tree(engine.process.pid))
         memory_mb = machine.describe()["memory_gib"] * 1024
-        everything = candidates(served, cpus, gpus, engine_mb=engine_mb, memory_mb=memory_mb)
+        everything = only(candidates(served, cpus, gpus, engine_mb=engine_mb, memory_mb=memory_mb), plan.only)
         levels = plan.levels or concurrency_levels(served, cpus)
         seconds = quick_plan(plan.budget_s, startup, len(everything), len(levels), request_s)
         if plan.quick:  # each level as briefly as is worth it, and no second pass
@@ -233,6 +234,21 @@ def tune(plan: Plan) -> Tuning:
         raise Refused(reason, points)
     described = f"{model}: {about}" if about else model
     return Tuning(served, described, points, tried, left_out, startup, others, levels, progress.elapsed())
+
+
+def only(everything: list[Candidate], kinds: frozenset[str] | None) -> list[Candidate]:
+    """The defaults and the candidates of `kinds` (all with None); a Refused when none of them is one for this model
+    and machine, naming the kinds that are."""
+    if kinds is None:
+        return everything
+    kept = [c for c in everything if c.is_default or c.kind in kinds]
+    if len(kept) < 2:
+        possible = sorted({c.kind for c in everything if not c.is_default})
+        raise Refused(
+            f"--only {','.join(sorted(kinds))}: no such setting is a candidate for this model on this machine"
+            f" (those that are: {', '.join(possible) or 'none'})"
+        )
+    return kept
 
 
 def to_measure_again(points: list[Point], p99_ms: float | None) -> list[Candidate]:

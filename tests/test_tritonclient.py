@@ -7,7 +7,7 @@ MLServer, against an engine this process starts.
 What the client reads does not depend on the task type: every task's results travel as one BYTES element of JSON,
 its parameters as the same strings, and the platform in the metadata is one f-string of the task's name. Two task
 types show it: Object Detection, whose scores a threshold can drop, and Image Text to Text, whose prompts travel
-JSON-encoded over gRPC (test_kserve_sdk.py takes the same two). Every task type's engine is held to the same answers
+JSON-encoded over gRPC. Every task type's engine is held to the same answers
 over REST and gRPC, platform prefix included, by tests/support/test_engine.py and test_grpc.py."""
 
 import pytest

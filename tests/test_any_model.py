@@ -1,6 +1,11 @@
-"""A baked engine's own suite holds its author's model to the protocol, not to what the demo finds: with any of
-the models in odd_models/ put into model.py, the suite is green apart from the author's own expectations in
-test_task.py, and a model that needs its files says which variable and folder when they are missing."""
+"""A baked engine's own suite holds its author's model to the protocol, not to what the demo finds: with the models
+in odd_models/ put into model.py, the suite is green apart from the author's own expectations in test_task.py, and a
+model that needs its files says which variable and folder when they are missing.
+
+The odd models are the cases no real model shows: one that never finds anything, and one that is not thread-safe in a
+way that corrupts its answers. A model that reads its files from MODEL_DIR, one that answers every prompt and has no
+explain, and one that finds tilted boxes are test_real_models.py's Image Classification, Image Text to Text and
+Oriented Object Detection engines, whose whole suites are green."""
 
 import os
 import shutil
@@ -19,8 +24,6 @@ MODELS = {
     "finds_nothing": "Object Detection",
     "one_at_a_time": "Image Segmentation",
     "needs_its_files": "Image Classification",
-    "echoes": "Image Text to Text",
-    "one_box": "Oriented Object Detection",
 }
 
 
@@ -45,13 +48,10 @@ def engine_suite(root: Path, **env: str | None) -> subprocess.CompletedProcess:
     )
 
 
-@pytest.mark.parametrize("name", sorted(MODELS))
+@pytest.mark.parametrize("name", ["finds_nothing", "one_at_a_time"])
 def test_the_engines_suite_is_green_with_the_model(name, tmp_path):
     root = with_model(name, tmp_path)
-    model_dir = tmp_path / "model"
-    model_dir.mkdir()
-    (model_dir / "labels.txt").write_text("bright\ndark\n")
-    result = engine_suite(root, MODEL_DIR=str(model_dir))
+    result = engine_suite(root, MODEL_DIR=str(tmp_path))
     assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-2000:]
     assert "failed" not in result.stdout and "skipped" not in result.stdout and " passed" in result.stdout
 

@@ -133,8 +133,9 @@ def test_uv_install_then_python_m_package_serves_the_demo(baked, tmp_path):
     assert [(r["label"], r["xmin"], r["ymin"], r["xmax"], r["ymax"]) for r in results] == [("green", 20, 10, 70, 40)]
 
 
-def test_model_files_come_from_model_dir(baked, tmp_path):
-    """load() reads MODEL_DIR: here the demo's colours.json raises the minimum area so the square is ignored."""
+def test_model_files_come_from_model_dir(baked, baked_engine, tmp_path):
+    """load() reads MODEL_DIR: here the demo's colours.json raises the minimum area so the square is ignored (the
+    shared baked engine, started without MODEL_DIR, finds it)."""
     from pathlib import Path
 
     root = Path(baked("Object Detection"))
@@ -142,14 +143,15 @@ def test_model_files_come_from_model_dir(baked, tmp_path):
     pixels = np.zeros((100, 120, 3), np.uint8)
     pixels[10:40, 20:70] = (0, 255, 0)
     body = json.dumps(chariot_request(image_input("image-0", pixels))).encode()
-    found = {}
-    for label, env in (("default", {}), ("model_dir", {"MODEL_DIR": str(tmp_path)})):
-        with run_engine("chariot_engine", src=root / "src", env=env) as engine:
-            request = urllib.request.Request(f"{engine.url}/infer", data=body, method="POST")
-            with urllib.request.urlopen(request, timeout=30) as response:
-                found[label] = json.loads(response.read())["outputs"][0]["data"][0]
-    assert [r["label"] for r in found["default"]] == ["green"]
-    assert found["model_dir"] == []
+
+    def found(engine) -> list[dict]:
+        request = urllib.request.Request(f"{engine.url}/infer", data=body, method="POST")
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return json.loads(response.read())["outputs"][0]["data"][0]
+
+    assert [r["label"] for r in found(baked_engine("Object Detection"))] == ["green"]
+    with run_engine("chariot_engine", src=root / "src", env={"MODEL_DIR": str(tmp_path)}) as engine:
+        assert found(engine) == []
 
 
 def test_dev_requirements_pin_what_the_engine_depends_on(baked):

@@ -27,27 +27,6 @@ def evaluation_step(root: Path) -> dict:
     return step
 
 
-def test_the_ci_step_evaluates_the_baked_engine_on_a_held_back_set(baked, tmp_path):
-    root = Path(shutil.copytree(baked("Object Detection"), tmp_path / "engine"))
-    step = evaluation_step(root)
-    install, command = step["run"].strip().splitlines()
-    assert install == "uv pip install -c constraints.txt -e '.[eval]'"
-    assert command == "python -m chariot_support.evaluate evaluation-data/instances.json --min mAP=0.5"
-    coco(root / "evaluation-data", scenes(3, seed=2))
-    env = {**os.environ, "PYTHONPATH": str(root / "src")}  # what the editable install gives
-    env.pop("MODEL_DIR", None)  # the demo reads no files
-    result = subprocess.run(
-        [sys.executable, *command.split()[1:]], cwd=root, env=env, capture_output=True, text=True, timeout=300
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert "starting chariot_engine" in result.stderr  # the baked engine's own package, found beside chariot_support
-    assert (root / "evaluation" / "metrics.json").is_file()
-    assert result.stdout.splitlines()[1].split() == ["mAP", "1.0000"]
-    subprocess.run(["git", "init", "-q"], cwd=root, check=True)
-    ignored = subprocess.run(["git", "check-ignore", "-q", "--no-index", "evaluation/report.md"], cwd=root)
-    assert ignored.returncode == 0, "the evaluation's output would show as untracked files"
-
-
 def evaluate(root: Path, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(root / "src")}  # what the editable install gives
     env.pop("MODEL_DIR", None)  # the demo reads no files
@@ -56,19 +35,34 @@ def evaluate(root: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, timeout=300)
 
 
-def test_a_broken_dataset_is_named_before_the_engine_starts_and_the_baked_model_id_is_asked(baked, tmp_path):
-    root = Path(shutil.copytree(baked("Image Segmentation"), tmp_path / "engine"))  # baked with model id 0a1b2c-seg
+def test_the_ci_step_evaluates_the_baked_engine_on_a_held_back_set_asking_its_model_id(baked, tmp_path):
+    """The engine baked under unusual names (package road_damage_2, model id 0a1b2c-seg): its own package is
+    started, and the baked model id is the one asked."""
+    root = Path(shutil.copytree(baked("Image Segmentation"), tmp_path / "engine"))
+    step = evaluation_step(root)
+    install, command = step["run"].strip().splitlines()
+    assert install == "uv pip install -c constraints.txt -e '.[eval]'"
+    assert command == "python -m chariot_support.evaluate evaluation-data/instances.json --min mAP=0.5"
+    coco(root / "evaluation-data", scenes(3, seed=2), masks="polygon")
+    result = evaluate(root, *command.split()[3:])
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "starting road_damage_2" in result.stderr  # the baked engine's own package, found beside chariot_support
+    metrics = json.loads((root / "evaluation" / "metrics.json").read_text())
+    assert metrics["model"] == "m-0a1b2c-seg"
+    assert result.stdout.splitlines()[1].split() == ["mAP", "1.0000"]
+    subprocess.run(["git", "init", "-q"], cwd=root, check=True)
+    ignored = subprocess.run(["git", "check-ignore", "-q", "--no-index", "evaluation/report.md"], cwd=root)
+    assert ignored.returncode == 0, "the evaluation's output would show as untracked files"
+
+
+def test_a_broken_dataset_is_named_before_the_engine_starts(baked, tmp_path):
+    root = Path(shutil.copytree(baked("Image Segmentation"), tmp_path / "engine"))
     broken = root / "broken.jsonl"
     broken.write_text("{}\n")
     refused = evaluate(root, str(broken))
     assert refused.returncode == 2, refused.stderr
     assert "Image Segmentation is evaluated on a COCO instances JSON file" in refused.stderr
     assert "starting" not in refused.stderr, "the engine was started for a dataset it could not be evaluated on"
-    coco(root / "evaluation-data", scenes(2, seed=2), masks="polygon")
-    done = evaluate(root, "evaluation-data/instances.json")
-    assert done.returncode == 0, done.stdout + done.stderr
-    metrics = json.loads((root / "evaluation" / "metrics.json").read_text())
-    assert metrics["model"] == "m-0a1b2c-seg"
 
 
 def test_the_readme_shows_a_real_runs_picture(baked):

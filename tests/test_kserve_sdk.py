@@ -1,7 +1,11 @@
-"""The demo engine of every task type driven by KServe's own Python SDK (kserve 0.21), REST and gRPC.
+"""Demo engines driven by KServe's own Python SDK (kserve 0.21), REST and gRPC.
 
 KServe's pins clash with MLServer's, so its checks (kserve_checks.py) run in the .venv-kserve interpreter that
-scripts/test makes from requirements-kserve.txt, against an engine this process starts."""
+scripts/test makes from requirements-kserve.txt, against an engine this process starts. The SDK reads every task's
+results alike (one BYTES element of JSON), so one task type shows it: Image Text to Text, the one whose image
+parameters the SDK must carry (prompts, a list over REST and JSON-encoded over gRPC), and whose answers to two prompts
+are the several results its numpy view cannot hold. Every task type's answers over REST and gRPC are held to each
+other by tests/support/test_engine.py and test_grpc.py."""
 
 from pathlib import Path
 
@@ -16,11 +20,10 @@ KSERVE_PYTHON = ROOT / ".venv-kserve" / "bin" / "python"
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("task", list(TaskType), ids=lambda t: t.name.lower())
-def test_kserve_sdk_reads_health_results_and_errors(demo_engine, task):
+def test_kserve_sdk_reads_health_results_and_errors(demo_engine):
     assert KSERVE_PYTHON.exists(), (
         f"{KSERVE_PYTHON} is missing: scripts/test makes it (python3 -m venv .venv-kserve &&"
         " .venv/bin/uv pip install --python .venv-kserve/bin/python -r requirements-kserve.txt)"
     )
-    engine = demo_engine(task)
-    run_checks("kserve_checks.py", engine, model="m-demo", task=task.value, python=KSERVE_PYTHON)
+    task = TaskType.IMAGE_TEXT_TO_TEXT
+    run_checks("kserve_checks.py", demo_engine(task), model="m-demo", task=task.value, python=KSERVE_PYTHON)

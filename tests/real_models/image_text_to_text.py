@@ -32,8 +32,9 @@ class Model(ChariotModel):
         return answers
 
     def lines(self, image: Image) -> list[tuple[int, int, int, int]]:
-        """Boxes around the lines of text, top to bottom, in pixels."""
-        scale = max(736 / min(image.width, image.height), 1.0)
+        """Boxes around the lines of text, top to bottom, in pixels. The detector sees the picture with its long side
+        at 960 px (PaddleOCR's det_limit_side_len) and sides a multiple of 32."""
+        scale = 960 / max(image.width, image.height)
         width, height = (max(32, round(side * scale / 32) * 32) for side in (image.width, image.height))
         pixels = cv2.resize(image.bgr, (width, height)).astype(np.float32) / 127.5 - 1
         (text,) = self.detector.run(None, {self.detector.get_inputs()[0].name: pixels.transpose(2, 0, 1)[None]})

@@ -23,8 +23,9 @@ class Model(ChariotModel):
         return [self.lines(image) for image in images]
 
     def lines(self, image: Image) -> list[OrientedDetection]:
-        # The detector wants BGR, sides a multiple of 32 and at least 736 px on the short side.
-        scale = max(736 / min(image.width, image.height), 1.0)
+        # The detector wants BGR and sides a multiple of 32; the long side is brought to 960 px, PaddleOCR's
+        # det_limit_side_len (a page's small print is scaled up, a large photo down).
+        scale = 960 / max(image.width, image.height)
         width, height = (max(32, round(side * scale / 32) * 32) for side in (image.width, image.height))
         pixels = cv2.resize(image.bgr, (width, height)).astype(np.float32) / 127.5 - 1
         (text,) = self.net.run(None, {self.net.get_inputs()[0].name: pixels.transpose(2, 0, 1)[None]})

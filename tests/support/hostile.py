@@ -41,6 +41,19 @@ def peak_rss_mib(pid: int) -> float:
     return int(status(pid)["VmHWM"].split()[0]) / 1024
 
 
+def reset_peak(pid: int) -> None:
+    """Start the process's VmHWM again from its present RSS, so that a test on a shared engine reads its own peak."""
+    Path(f"/proc/{pid}/clear_refs").write_text("5")
+
+
+def healthy_and_reset(engine):
+    """The shared engine `engine`, checked still running and live before a test attacks it, its peak RSS reset."""
+    assert engine.alive(), f"the shared engine was stopped by an earlier test; log:\n{engine.log()[-3000:]}"
+    assert requests.get(f"{engine.url}/v2/health/ready", timeout=5).status_code == 200
+    reset_peak(engine.process.pid)
+    return engine
+
+
 def rss_mib(pid: int) -> float:
     return int(status(pid)["VmRSS"].split()[0]) / 1024
 

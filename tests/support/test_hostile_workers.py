@@ -63,9 +63,11 @@ def serving_again(engine, old: set[int], count: int = WORKERS) -> bool:
 
 def test_workers_killed_under_load_fail_fast_and_are_replaced():
     env = {"MLSERVER_PARALLEL_WORKERS": str(WORKERS), "CHARIOT_PREDICT_TIMEOUT": "10", "FAULTY_THREAD_SAFE": "1"}
-    for trial in range(3):  # both at once is a race with the signal that reports them; try it more than once
-        with run_engine("faulty_engine", src=HERE, env=env) as engine:
-            old = workers_of(engine)
+    with run_engine("faulty_engine", src=HERE, env=env) as engine:
+        old = workers_of(engine)
+        # Both at once is a race with the signal that reports them: try it more than once, each time on the workers
+        # that replaced those killed before.
+        for trial in range(3):
             with ThreadPoolExecutor(8) as pool:
                 calls = [pool.submit(infer, engine, fault="sleep", seconds=2) for _ in range(8)]
                 time.sleep(0.8)  # every worker is inside a predict
@@ -83,8 +85,9 @@ def test_workers_killed_under_load_fail_fast_and_are_replaced():
             )
             responses = [infer(engine)[0] for _ in range(2 * WORKERS)]
             assert [r.status_code for r in responses] == [200] * (2 * WORKERS)
-            engine.process.send_signal(signal.SIGTERM)
-            assert engine.process.wait(15) == 0
+            old = children(engine.process.pid)
+        engine.process.send_signal(signal.SIGTERM)
+        assert engine.process.wait(15) == 0
 
 
 def test_a_worker_that_stops_answering_times_out_in_the_main_process_and_is_replaced():

@@ -137,7 +137,7 @@ def test_sigterm_with_parallel_workers_answers_every_request_in_flight_then_exit
 
 
 def test_a_worker_that_stops_answering_times_out_in_the_main_process_and_is_replaced():
-    env = {"MLSERVER_PARALLEL_WORKERS": "1", "CHARIOT_PREDICT_TIMEOUT": "2", "FAULTY_THREAD_SAFE": "1"}
+    env = {"MLSERVER_PARALLEL_WORKERS": "1", "CHARIOT_PREDICT_TIMEOUT": "1", "FAULTY_THREAD_SAFE": "1"}
     with run_engine("faulty_engine", src=HERE, env=env) as engine:
         (worker,) = workers_of(engine, 1)
         os.kill(worker, signal.SIGSTOP)  # alive, but it answers nothing: its own timeout cannot fire
@@ -146,7 +146,7 @@ def test_a_worker_that_stops_answering_times_out_in_the_main_process_and_is_repl
             assert response != "hung", "a request to a worker that stopped answering hung"
             assert response.status_code == 504, response.text
             assert "CHARIOT_PREDICT_TIMEOUT" in response.json()["error"]
-            assert seconds < 2 + 8, seconds
+            assert seconds < 1 + 8, seconds  # the timeout, and the slack it had at 2 s
         finally:
             os.kill(worker, signal.SIGCONT)
         assert wait_until(lambda: serving_again(engine, {worker}, 1), 60), engine.log()[-3000:]

@@ -35,11 +35,10 @@ def test_hung_predicts_keep_threads_bounded_then_the_engine_recovers():
     }
     with run_engine("faulty_engine", src=HERE, env=env) as engine:
         baseline = threads(engine.process.pid)
-        # 16 hung predicts that return after 4 s, sent 8 at a time: without a cap, each would add a thread, four times
-        # the cap's. All 40 were answered within 1.05-2.01 s here, so the checks below run while the first hung
-        # predicts still hang.
+        # 40 hung predicts that return after 4 s, sent 8 at a time: without a cap, each would add a thread. All 40 are
+        # answered within 1.05-2.01 s here, so the checks below run while the first hung predicts still hang.
         with ThreadPoolExecutor(8) as pool:
-            statuses = list(pool.map(lambda _: infer(engine, "hang", seconds=4).status_code, range(16)))
+            statuses = list(pool.map(lambda _: infer(engine, "hang", seconds=4).status_code, range(40)))
         assert set(statuses) <= {503, 504} and 503 in statuses, statuses
         assert threads(engine.process.pid) <= baseline + 4 + 1, "threads grew past CHARIOT_MAX_STUCK_THREADS"
         assert ready(engine) == 503

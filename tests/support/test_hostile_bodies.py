@@ -10,20 +10,21 @@ import time
 import grpc
 import pytest
 import requests
-from hostile import HERE, HealthProbe, RSSGuard, peak_rss_mib, png_request, rss_mib
+from hostile import HealthProbe, RSSGuard, healthy_and_reset, peak_rss_mib, png_request, rss_mib
 from mlserver.grpc.dataplane_pb2_grpc import GRPCInferenceServiceStub
 
-from chariot_support.dev.testing import grpc_request, run_engine
+from chariot_support.dev.testing import grpc_request
 
 pytestmark = pytest.mark.hostile
 
 URL = "/v2/models/m-faulty/infer"
 
 
-@pytest.fixture(scope="module")
-def engine():
-    with run_engine("faulty_engine", src=HERE) as running:
-        yield running
+@pytest.fixture
+def engine(faulty_engine):
+    """The session's faulty engine with default settings, shared by these tests: checked live and its peak RSS reset
+    before each, which checks it serves after its attack."""
+    return healthy_and_reset(faulty_engine)
 
 
 def raw_exchange(engine, head: bytes, body: bytes, timeout: float = 30) -> bytes:
@@ -92,18 +93,17 @@ def test_a_jsonl_body_of_only_blank_lines_is_read_without_holding_the_engine(eng
     assert probe.worst < 2.0 and not probe.failures, (probe.worst, probe.failures[:3])
 
 
-def test_base64_in_millions_of_short_pieces_is_read_without_a_list_of_them():
+def test_base64_in_millions_of_short_pieces_is_read_without_a_list_of_them(engine):
     # 60 MiB of "QUFB " : base64 split by spaces, which the engine tolerates (line-wrapped base64). Joined from
-    # str.split()'s pieces this peaked at 1.5 GB more; the pieces are now dropped in place. An engine of its own,
-    # so that its peak RSS is this request's.
+    # str.split()'s pieces this peaked at 1.5 GB more; the pieces are now dropped in place. The engine's peak RSS was
+    # reset before the request, so that it is this request's.
     body = {"inputs": [{"name": "image-0", "shape": [1], "datatype": "BYTES", "data": ["QUFB " * (12 << 20)]}]}
-    with run_engine("faulty_engine", src=HERE) as engine:
-        before = rss_mib(engine.process.pid)
-        with RSSGuard(engine.process, 1536) as guard:
-            reply = requests.post(engine.url + URL, data=json.dumps(body), timeout=60)
-        assert not guard.tripped, "the engine passed 1.5 GiB and was killed"
-        assert reply.status_code == 400 and "not an image" in reply.json()["error"], reply.text[:300]
-        assert peak_rss_mib(engine.process.pid) < before + 600
+    before = rss_mib(engine.process.pid)
+    with RSSGuard(engine.process, 1536) as guard:
+        reply = requests.post(engine.url + URL, data=json.dumps(body), timeout=60)
+    assert not guard.tripped, "the engine passed 1.5 GiB and was killed"
+    assert reply.status_code == 400 and "not an image" in reply.json()["error"], reply.text[:300]
+    assert peak_rss_mib(engine.process.pid) < before + 600
 
 
 def test_a_request_id_longer_than_256_characters_is_refused_and_never_echoed(engine):
@@ -176,21 +176,20 @@ def hold_bodies(engine, count: int, size: int = (64 << 20) - 1) -> list[bytes]:
     return answers
 
 
-def test_bodies_held_open_share_one_budget_and_the_rest_get_503_before_they_are_kept():
-    # Twelve clients each declare a 64 MiB - 1 body, send all of it but the last byte, and hold the connection:
-    # the 256 MiB budget admits four; the others wait up to CHARIOT_ADMISSION_WAIT, then get a 503 to retry.
-    with run_engine("faulty_engine", src=HERE) as engine:
-        before = rss_mib(engine.process.pid)
-        with HealthProbe(engine) as probe, RSSGuard(engine.process, 1536) as guard:
-            answers = hold_bodies(engine, 12)
-        assert not guard.tripped, "the engine passed 1.5 GiB and was killed"
-        refused = [a for a in answers if a.startswith(b"HTTP/1.1 503")]
-        assert len(refused) >= 8, [a[:40] for a in answers]
-        assert b"retry-after: 1" in refused[0].lower() and b"CHARIOT_BODY_BUDGET_MB" in refused[0]
-        assert probe.worst < 1.0 and not probe.failures, (probe.worst, probe.failures[:3])
-        assert peak_rss_mib(engine.process.pid) < before + 4 * 64 + 400
-        # Once the held bodies are gone, the engine serves as before.
-        assert requests.post(engine.url + URL, json=png_request(16, 1), timeout=30).status_code == 200
+def test_bodies_held_open_share_one_budget_and_the_rest_get_503_before_they_are_kept(engine):
+    # Seven clients each declare a 64 MiB - 1 body, send all of it but the last byte, and hold the connection:
+    # the 256 MiB budget admits four; the other three wait up to CHARIOT_ADMISSION_WAIT, then get a 503 to retry.
+    before = rss_mib(engine.process.pid)
+    with HealthProbe(engine) as probe, RSSGuard(engine.process, 1536) as guard:
+        answers = hold_bodies(engine, 7)
+    assert not guard.tripped, "the engine passed 1.5 GiB and was killed"
+    refused = [a for a in answers if a.startswith(b"HTTP/1.1 503")]
+    assert len(refused) >= 7 - 4, [a[:40] for a in answers]
+    assert b"retry-after: 1" in refused[0].lower() and b"CHARIOT_BODY_BUDGET_MB" in refused[0]
+    assert probe.worst < 1.0 and not probe.failures, (probe.worst, probe.failures[:3])
+    assert peak_rss_mib(engine.process.pid) < before + 4 * 64 + 400
+    # Once the held bodies are gone, the engine serves as before.
+    assert requests.post(engine.url + URL, json=png_request(16, 1), timeout=30).status_code == 200
 
 
 def test_a_binary_body_is_read_within_the_body_limit_before_its_header_counts(engine):

@@ -5,17 +5,15 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import requests
-from hostile import HERE, HealthProbe
-
-from chariot_support.dev.testing import run_engine
+from hostile import HealthProbe, healthy_and_reset
 
 pytestmark = pytest.mark.hostile
 
 
-@pytest.fixture(scope="module")
-def engine():
-    with run_engine("faulty_engine", src=HERE) as running:
-        yield running
+@pytest.fixture
+def engine(faulty_engine):
+    """The session's faulty engine with default settings, checked live before each test."""
+    return healthy_and_reset(faulty_engine)
 
 
 def pixel_body(side: int) -> str:

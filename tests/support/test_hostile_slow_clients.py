@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 import requests
-from hostile import HERE, HealthProbe, RSSGuard, peak_rss_mib, rss_mib, wait_until
+from hostile import HERE, HealthProbe, RSSGuard, healthy_and_reset, peak_rss_mib, rss_mib, wait_until
 
 from chariot_support.dev.testing import chariot_request, image_input, run_engine
 from chariot_support.settings import EngineSettings
@@ -78,16 +78,35 @@ def status_and_error(answer: bytes) -> tuple[int, str]:
     return int(head.split()[1]), json.loads(body)["error"]
 
 
-def slow_clients(first_bytes: bytes, deadline: float, trickle: float | None = None) -> list[tuple[int, str]]:
+@pytest.fixture(scope="module")
+def short_deadlines():
+    """An engine with default settings but SHORT_DEADLINES, shared by the trickling clients' tests."""
+    with run_engine("faulty_engine", src=HERE, env=SHORT_DEADLINES) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def four_connections():
+    """An engine of four connections at most and four threads (so that four slow predicts run at once rather than
+    two after two), shared by the tests of a full connection table."""
+    env = {
+        "CHARIOT_MAX_CONNECTIONS": "4",
+        "FAULTY_THREAD_SAFE": "1",
+        "CHARIOT_THREADS": "4",
+        "CHARIOT_KEEP_ALIVE": "30",
+    }
+    with run_engine("faulty_engine", src=HERE, env=env) as running:
+        yield running
+
+
+def slow_clients(engine, first_bytes: bytes, deadline: float, trickle: float | None = None) -> list[tuple[int, str]]:
     """CHARIOT_MAX_CONNECTIONS connections send `first_bytes` (then a byte every `trickle` seconds) to an engine
     with default settings but SHORT_DEADLINES: each is answered and closed within `deadline` seconds, with a 408 or
     a 503 that says why (closed sooner to make room for a health probe, or a body past the body budget);
     health from a new connection answers in under a second throughout; RSS stays under RSS_LIMIT_MIB and comes back;
     the engine serves afterwards. Returns the 408s' (status, error)."""
-    with (
-        run_engine("faulty_engine", src=HERE, env=SHORT_DEADLINES) as engine,
-        RSSGuard(engine.process, RSS_LIMIT_MIB) as guard,
-    ):
+    healthy_and_reset(engine)
+    with RSSGuard(engine.process, RSS_LIMIT_MIB) as guard:
         before = rss_mib(engine.process.pid)
         with HealthProbe(engine) as probe:
             started = time.monotonic()
@@ -108,28 +127,34 @@ def slow_clients(first_bytes: bytes, deadline: float, trickle: float | None = No
         assert requests.post(engine.url + INFER, data=body, timeout=10).status_code == 200
     timed_out = [each for each in refused if each[0] != 503]
     assert timed_out and {status for status, _ in timed_out} == {408}, refused[:3]
-    return timed_out, engine.log()  # read once the engine has stopped: every line it had to write is written
+    return timed_out
 
 
-def test_connections_that_send_one_byte_get_408_at_the_header_timeout_while_health_answers():
+def test_connections_that_send_one_byte_get_408_at_the_header_timeout_while_health_answers(short_deadlines):
     """512 connections (all CHARIOT_MAX_CONNECTIONS) send `G` and nothing more: 408 at CHARIOT_HEADER_TIMEOUT, and
     health answers throughout."""
-    timed_out, _ = slow_clients(b"G", DEADLINES["head"])
+    timed_out = slow_clients(short_deadlines, b"G", DEADLINES["head"])
     head = f"the request's head (request line and headers) did not arrive within {DEADLINES['head']} s"
     for _, error in timed_out:
         assert error.startswith(head), error
         assert "CHARIOT_HEADER_TIMEOUT" in error
 
 
-def test_bodies_sent_one_byte_a_second_get_408_at_the_body_timeout_while_health_answers():
+def test_bodies_sent_one_byte_a_second_get_408_at_the_body_timeout_while_health_answers(short_deadlines):
     """512 connections send the head of a 1 MB inference request, then one body byte a second: 408 naming
     CHARIOT_MIN_BODY_RATE when the first CHARIOT_BODY_TIMEOUT window ends, and health answers throughout."""
-    timed_out, log = slow_clients(TRICKLED_BODY_HEAD, DEADLINES["body"], trickle=1.0)
+    logged = len(short_deadlines.log())
+    timed_out = slow_clients(short_deadlines, TRICKLED_BODY_HEAD, DEADLINES["body"], trickle=1.0)
     for _, error in timed_out:
         assert error.startswith("the request body came too slowly") and "CHARIOT_MIN_BODY_RATE" in error, error
-    # Each cut request's log line says what its client was answered.
-    statuses = [json.loads(line).get("status") for line in log.splitlines() if '"method": "POST"' in line]
-    assert statuses.count(408) == len(timed_out) and 499 not in statuses, statuses[:10]
+    # Each cut request's log line says what its client was answered (written once it is answered: wait for them).
+
+    def statuses() -> list:
+        log = short_deadlines.log()[logged:]
+        return [json.loads(line).get("status") for line in log.splitlines() if '"method": "POST"' in line]
+
+    wait_until(lambda: statuses().count(408) >= len(timed_out), 10)
+    assert statuses().count(408) == len(timed_out) and 499 not in statuses(), statuses()[:10]
 
 
 def test_a_body_that_keeps_the_minimum_rate_is_read_whole():
@@ -150,19 +175,13 @@ def test_a_body_that_keeps_the_minimum_rate_is_read_whole():
         assert answer.startswith(b"HTTP/1.1 200"), answer[:300]
 
 
-def test_a_full_table_closes_the_connection_idle_longest_never_a_request_in_flight():
+def test_a_full_table_closes_the_connection_idle_longest_never_a_request_in_flight(four_connections):
     """With CHARIOT_MAX_CONNECTIONS connections open, a new one closes the one idle longest; a request being
     predicted is never closed; when every connection has a request in flight, the new one is refused."""
-    # Four threads, so that four slow predicts run at once rather than two after two.
-    env = {
-        "CHARIOT_MAX_CONNECTIONS": "4",
-        "FAULTY_THREAD_SAFE": "1",
-        "CHARIOT_THREADS": "4",
-        "CHARIOT_KEEP_ALIVE": "30",
-    }
+    engine = healthy_and_reset(four_connections)
     # Each slow predict takes 2 s; the checks made while they run are over within a second.
     slow = json.dumps(chariot_request(image_input("image", PIXELS, fault="sleep", seconds=2)))
-    with run_engine("faulty_engine", src=HERE, env=env) as engine, ThreadPoolExecutor(4) as pool:
+    with ThreadPoolExecutor(4) as pool:
         in_flight = pool.submit(requests.post, engine.url + INFER, data=slow, timeout=30)
         time.sleep(0.5)
         idle = connect_all(engine, 3, b"")
@@ -187,18 +206,17 @@ def test_a_full_table_closes_the_connection_idle_longest_never_a_request_in_flig
         assert [each.result().status_code for each in busy] == [200] * 4
 
 
-def test_requests_past_the_cap_in_flight_get_a_503_that_says_so():
+def test_requests_past_the_cap_in_flight_get_a_503_that_says_so(four_connections):
     """Clients that leave leave their predicts running: past CHARIOT_MAX_CONNECTIONS requests in flight, a new
     request gets a JSON 503 with Retry-After (a health check is still answered), and is served once they end."""
-    env = {"CHARIOT_MAX_CONNECTIONS": "4", "FAULTY_THREAD_SAFE": "1", "CHARIOT_THREADS": "4"}
+    engine = healthy_and_reset(four_connections)
     slow = json.dumps(chariot_request(image_input("image", PIXELS, fault="sleep", seconds=3))).encode()
     head = f"POST {INFER} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {len(slow)}\r\n\r\n"
-    with run_engine("faulty_engine", src=HERE, env=env) as engine:
-        for sock in connect_all(engine, 4, head.encode() + slow):
-            sock.close()  # the client leaves; its predict runs on
-        time.sleep(0.5)
-        refused = requests.get(f"{engine.url}/v2/models/m-faulty", timeout=5)
-        assert refused.status_code == 503 and refused.headers["retry-after"] == "1", refused.text
-        assert "CHARIOT_MAX_CONNECTIONS" in refused.json()["error"]
-        assert requests.get(f"{engine.url}/v2/health/live", timeout=5).status_code == 200
-        assert wait_until(lambda: requests.get(f"{engine.url}/v2/models/m-faulty", timeout=5).status_code == 200, 15)
+    for sock in connect_all(engine, 4, head.encode() + slow):
+        sock.close()  # the client leaves; its predict runs on
+    time.sleep(0.5)
+    refused = requests.get(f"{engine.url}/v2/models/m-faulty", timeout=5)
+    assert refused.status_code == 503 and refused.headers["retry-after"] == "1", refused.text
+    assert "CHARIOT_MAX_CONNECTIONS" in refused.json()["error"]
+    assert requests.get(f"{engine.url}/v2/health/live", timeout=5).status_code == 200
+    assert wait_until(lambda: requests.get(f"{engine.url}/v2/models/m-faulty", timeout=5).status_code == 200, 15)

@@ -254,18 +254,6 @@ def test_an_unknown_protocol_stops_the_engine():
             pass
 
 
-@pytest.mark.slow
-def test_chariot_v2_with_parallel_workers(image):
-    """With parallel workers the model lives in another process; chariot-v2 reaches it as V1 and V2 do."""
-    with run_demo_engine(TaskType.OBJECT_DETECTION, env={"MLSERVER_PARALLEL_WORKERS": "2"}) as running:
-        ok = post(running, json.dumps({"input": image, "parameters": {"action": "detect"}}), "application/json")
-        assert ok.status_code == 200, ok.text
-        assert ok.json() == {"output": kserve_results(running, image, {"action": "detect"})}
-        bad = post(running, b"GIF89a not a picture", "image/gif")
-        message = error_of(bad, "not an image")
-        assert "mlserver" not in message and "chariot_support" not in message
-
-
 def test_an_image_file_full_of_bracket_bytes_is_not_read_as_json(engine, task, scene):
     """A photo's compressed bytes hold '[' and '{' by chance (about one byte in 128): an image file sent as the body
     is an image, not a JSON document nesting hundreds of levels deep."""

@@ -13,7 +13,7 @@ import pytest
 import requests
 from mlserver.grpc.dataplane_pb2_grpc import GRPCInferenceServiceStub
 
-from chariot_support.dev.testing import chariot_request, encode_image, grpc_request, image_input, run_demo_engine
+from chariot_support.dev.testing import chariot_request, encode_image, grpc_request, image_input
 from chariot_support.model.tasks import TaskType
 
 CONFIGURATIONS = {
@@ -24,9 +24,8 @@ CONFIGURATIONS = {
 
 
 @pytest.fixture(scope="module", params=list(CONFIGURATIONS))
-def served(request, scene):
-    with run_demo_engine(TaskType.IMAGE_CLASSIFICATION, env=CONFIGURATIONS[request.param]) as running:
-        yield request.param, running
+def served(request, demo_engine):
+    return request.param, demo_engine(TaskType.IMAGE_CLASSIFICATION, CONFIGURATIONS[request.param])
 
 
 def answered(engine) -> float:

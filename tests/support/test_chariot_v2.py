@@ -248,12 +248,6 @@ def test_pinned_to_kserve_refuses_chariot_v2(pinned, image):
         error_of(post(running, base64.b64decode(image), "image/png"), "JSON")
 
 
-def test_an_unknown_protocol_stops_the_engine():
-    with pytest.raises(RuntimeError, match="CHARIOT_INFERENCE_PROTOCOL"):
-        with run_demo_engine(TaskType.OBJECT_DETECTION, env={"CHARIOT_INFERENCE_PROTOCOL": "chariot-v3"}, timeout=60):
-            pass
-
-
 def test_an_image_file_full_of_bracket_bytes_is_not_read_as_json(engine, task, scene):
     """A photo's compressed bytes hold '[' and '{' by chance (about one byte in 128): an image file sent as the body
     is an image, not a JSON document nesting hundreds of levels deep."""

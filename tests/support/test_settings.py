@@ -94,6 +94,7 @@ def test_defaults_and_values_read_from_the_environment():
     [
         ("CHARIOT_THREADS", "many", "CHARIOT_THREADS must be a whole number, at least 0, got 'many'"),
         ("CHARIOT_THREADS", "-1", "CHARIOT_THREADS must be a whole number, at least 0, got '-1'"),
+        ("CHARIOT_MAX_INPUTS", "many", "CHARIOT_MAX_INPUTS must be a whole number"),
         (
             "CHARIOT_MAX_BATCH_WAIT_MS",
             "0",

@@ -154,6 +154,10 @@ def golden_requests(scene, only_red):
 TINY = np.zeros((1, 1, 3), np.uint8)
 
 
+# How a documented body shape is read (protocols/legacy.py) does not depend on the task type: each is shown on Image
+# Text to Text's engine, whose answers also show that the prompts travel in every shape. Each task's V1 answers are
+# shown beside V2's by the tests below.
+@pytest.mark.parametrize("task", [TaskType.IMAGE_TEXT_TO_TEXT], ids=["image_text_to_text"], indirect=True)
 @pytest.mark.parametrize("case", golden_requests(TINY, TINY))
 def test_documented_predict_shapes_answer_what_v2_answers(engine, model_name, scene, only_red, case):
     suffix, body, images = golden_requests(scene.pixels, only_red)[case]

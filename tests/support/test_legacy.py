@@ -182,6 +182,8 @@ def test_settings_travel_per_instance_and_at_the_top_level(engine, model_name, t
     assert predictions(engine, path, mixed, 1) == expected
 
 
+# Which model name a V1 path carries is read before the task type matters: one task type's engine shows it.
+@pytest.mark.parametrize("task", [TaskType.OBJECT_DETECTION], ids=["object_detection"], indirect=True)
 def test_any_chariot_model_id_reaches_the_model(engine, model_name, b64):
     body = {"instances": [{"b64": b64}], "parameters": {"prompts": PROMPTS}}
     assert predictions(engine, "/v1/models/m-0a1b2c3d:predict", body, 1) == predictions(
@@ -373,6 +375,8 @@ def test_classify_errors(engine, model_name, task, b64):
     assert repeated.status_code == 400 and "examples[0] repeats 'action' from 'context'" in repeated.json()["error"]
 
 
+# Which model name or version a V1 path carries is read before the task type matters: one task type's engine shows it.
+@pytest.mark.parametrize("task", [TaskType.OBJECT_DETECTION], ids=["object_detection"], indirect=True)
 def test_unknown_model_or_version_is_404(engine, model_name):
     refused = requests.post(
         f"{engine.url}/v1/models/half:predict", json={"instances": [1.0, 5.0]}, headers={"X-Request-ID": "v1-404"}

@@ -12,7 +12,7 @@ import time
 import pytest
 import requests
 
-from chariot_support.dev.testing import chariot_request, free_port, image_input, run_demo_engine
+from chariot_support.dev.testing import chariot_request, free_port, image_input
 from chariot_support.model.tasks import TaskType
 
 NGINX = shutil.which("nginx", path="/usr/sbin:/usr/bin:/sbin:/bin") or "nginx"
@@ -53,30 +53,30 @@ http {{
 
 
 @pytest.fixture
-def nginx(tmp_path):
-    """nginx on a free loopback port in front of a demo engine with the engine's default keep-alive."""
+def nginx(tmp_path, demo_engine):
+    """nginx on a free loopback port in front of the shared demo engine, with the engine's default keep-alive."""
     assert shutil.which(NGINX), "nginx is not installed: apt-get install nginx-light (./scripts/test installs it)"
-    with run_demo_engine(TaskType.OBJECT_DETECTION) as engine:
-        port = free_port()
-        conf = tmp_path / "nginx.conf"
-        conf.write_text(
-            CONFIG.format(tmp=tmp_path, engine_port=engine.url.rsplit(":", 1)[1], port=port, pool_timeout=POOL_TIMEOUT)
-        )
-        proxy = subprocess.Popen([NGINX, "-c", str(conf), "-g", "daemon off;"], stderr=subprocess.PIPE)
-        try:
-            url = f"http://127.0.0.1:{port}"
-            deadline = time.monotonic() + 10
-            while True:
-                try:
-                    requests.get(f"{url}/v2/health/ready", timeout=1)
-                    break
-                except requests.ConnectionError:
-                    assert proxy.poll() is None and time.monotonic() < deadline, proxy.stderr.read().decode()
-                    time.sleep(0.05)
-            yield url, tmp_path
-        finally:
-            proxy.terminate()
-            proxy.wait(timeout=10)
+    engine = demo_engine(TaskType.OBJECT_DETECTION)
+    port = free_port()
+    conf = tmp_path / "nginx.conf"
+    conf.write_text(
+        CONFIG.format(tmp=tmp_path, engine_port=engine.url.rsplit(":", 1)[1], port=port, pool_timeout=POOL_TIMEOUT)
+    )
+    proxy = subprocess.Popen([NGINX, "-c", str(conf), "-g", "daemon off;"], stderr=subprocess.PIPE)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                requests.get(f"{url}/v2/health/ready", timeout=1)
+                break
+            except requests.ConnectionError:
+                assert proxy.poll() is None and time.monotonic() < deadline, proxy.stderr.read().decode()
+                time.sleep(0.05)
+        yield url, tmp_path
+    finally:
+        proxy.terminate()
+        proxy.wait(timeout=10)
 
 
 @pytest.mark.slow

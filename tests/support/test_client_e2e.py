@@ -5,12 +5,17 @@ import json
 import re
 
 import cv2
+import pytest
 
 from chariot_support.dev.testing import chariot_metadata
+from chariot_support.model.tasks import TaskType
 from template_paths import ENGINE_TEMPLATE
 
 # Prompts go to every task type; Image Text to Text needs them, the others pass them to predict.
 PROMPT = ["--prompt", "what colours are in the picture?"]
+# What the client does with a request and its answer apart from drawing (batches, metadata, the engine's refusal) is
+# the same for every task type: shown on the one that reads the prompts too. Drawing is shown for each.
+ONE_TASK = pytest.mark.parametrize("task", [TaskType.IMAGE_TEXT_TO_TEXT], ids=["image_text_to_text"], indirect=True)
 
 
 def test_several_images_get_a_table_each_a_drawing_each_and_a_counter(engine, run_client, tmp_path):
@@ -31,6 +36,7 @@ def test_several_images_get_a_table_each_a_drawing_each_and_a_counter(engine, ru
         assert on_picture > 50 or in_band > 100, f"nothing drawn on {name}"
 
 
+@ONE_TASK
 def test_a_batch_of_images_travels_in_one_request(engine, run_client):
     result = run_client(
         "samples/scene.png", "samples/shapes.jpg", "--url", engine.url, "--batch", "2", "--json", *PROMPT
@@ -40,6 +46,7 @@ def test_a_batch_of_images_travels_in_one_request(engine, run_client):
     assert [o["name"] for o in reply["outputs"]] == ["image-0", "image-1"]
 
 
+@ONE_TASK
 def test_metadata_comes_back_unchanged(engine, run_client):
     metadata = chariot_metadata(site="north", camera=7)
     result = run_client("samples/scene.png", "--url", engine.url, "--metadata", metadata, *PROMPT)
@@ -47,6 +54,7 @@ def test_metadata_comes_back_unchanged(engine, run_client):
     assert f"metadata: {metadata}" in result.stdout
 
 
+@ONE_TASK
 def test_a_refused_request_prints_the_engines_error_and_exits_1(engine, run_client, tmp_path):
     not_an_image = tmp_path / "notes.png"
     not_an_image.write_text("these are notes, not pixels")

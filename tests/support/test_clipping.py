@@ -112,7 +112,10 @@ KEPT = {
 }
 
 
-@pytest.mark.parametrize("task", list(KEPT))
+# The runtime clips every task type's results at one place (ChariotRuntime, after validating them), which the tests
+# above check for each task type: the engine is shown applying it, on every protocol, with the oriented boxes, whose
+# clipping is the most involved. The spilling engine serves the others' spills, too (`args=[task]`).
+@pytest.mark.parametrize("task", ["Oriented Object Detection"])
 def test_the_engine_answers_results_inside_the_image_on_every_protocol(task):
     pixels = np.zeros((H, W, 3), np.uint8)
     b64 = encode_image(pixels)

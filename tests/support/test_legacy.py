@@ -154,6 +154,10 @@ def golden_requests(scene, only_red):
 TINY = np.zeros((1, 1, 3), np.uint8)
 
 
+# How a documented body shape is read (protocols/legacy.py) does not depend on the task type: each is shown on Image
+# Text to Text's engine, whose answers also show that the prompts travel in every shape. Each task's V1 answers are
+# shown beside V2's by the tests below.
+@pytest.mark.parametrize("task", [TaskType.IMAGE_TEXT_TO_TEXT], ids=["image_text_to_text"], indirect=True)
 @pytest.mark.parametrize("case", golden_requests(TINY, TINY))
 def test_documented_predict_shapes_answer_what_v2_answers(engine, model_name, scene, only_red, case):
     suffix, body, images = golden_requests(scene.pixels, only_red)[case]
@@ -178,6 +182,8 @@ def test_settings_travel_per_instance_and_at_the_top_level(engine, model_name, t
     assert predictions(engine, path, mixed, 1) == expected
 
 
+# Which model name a V1 path carries is read before the task type matters: one task type's engine shows it.
+@pytest.mark.parametrize("task", [TaskType.OBJECT_DETECTION], ids=["object_detection"], indirect=True)
 def test_any_chariot_model_id_reaches_the_model(engine, model_name, b64):
     body = {"instances": [{"b64": b64}], "parameters": {"prompts": PROMPTS}}
     assert predictions(engine, "/v1/models/m-0a1b2c3d:predict", body, 1) == predictions(
@@ -369,6 +375,8 @@ def test_classify_errors(engine, model_name, task, b64):
     assert repeated.status_code == 400 and "examples[0] repeats 'action' from 'context'" in repeated.json()["error"]
 
 
+# Which model name or version a V1 path carries is read before the task type matters: one task type's engine shows it.
+@pytest.mark.parametrize("task", [TaskType.OBJECT_DETECTION], ids=["object_detection"], indirect=True)
 def test_unknown_model_or_version_is_404(engine, model_name):
     refused = requests.post(
         f"{engine.url}/v1/models/half:predict", json={"instances": [1.0, 5.0]}, headers={"X-Request-ID": "v1-404"}

@@ -48,14 +48,30 @@ def test_a_model_that_cannot_load_stops_the_engine_with_its_own_error(workers):
         assert 'raise RuntimeError(\\"the weights are corrupt\\")' in log, "with its traceback"
 
 
-@pytest.mark.parametrize("missing", ["missing-file", "missing-onnx"])  # FileNotFoundError, ONNX Runtime's NoSuchFile
-def test_a_missing_model_file_names_the_folder_and_the_variable(tmp_path, missing):
-    code, log = start_unloadable(UNLOADABLE=missing, MODEL_DIR=str(tmp_path / "nowhere"))
-    assert code == 1
-    assert ("NoSuchFile" in log) == (missing == "missing-onnx"), log[-3000:]
+def test_a_missing_model_file_names_the_folder_and_the_variable(tmp_path):
+    code, log = start_unloadable(UNLOADABLE="missing-file", MODEL_DIR=str(tmp_path / "nowhere"))
+    assert code == 1, log[-3000:]
+    assert "FileNotFoundError" in log, log[-3000:]
     assert f"MODEL_DIR is {tmp_path / 'nowhere'}, which does not exist" in log
     assert f"The model looks for its files in MODEL_DIR ({tmp_path / 'nowhere'}, which does not exist)" in log
     assert "set MODEL_DIR to the folder that holds them" in log
+
+
+def test_onnx_runtimes_own_missing_file_error_names_the_folder_too(tmp_path):
+    """ONNX Runtime says a file is missing with its NoSuchFile, not FileNotFoundError: the engine tells it apart by
+    name (onnxruntime need not be installed) and says the same as above, which the engine logs on the same path."""
+    from unloadable_engine.model import UnloadableModel
+
+    from chariot_support import onnx_session
+    from chariot_support.runtime.runtime import load_failure
+
+    nowhere = tmp_path / "nowhere"
+    with pytest.raises(Exception) as raised:
+        onnx_session(nowhere / "model.onnx", 1)
+    message = load_failure(UnloadableModel, nowhere, raised.value)
+    assert message.startswith("UnloadableModel.load failed: NoSuchFile: "), message
+    assert f"The model looks for its files in MODEL_DIR ({nowhere}, which does not exist)" in message
+    assert message.endswith("set MODEL_DIR to the folder that holds them")
 
 
 def test_the_engine_says_where_the_model_files_came_from():

@@ -1,6 +1,6 @@
 """End to end: the pipeline checks a request whole before it waits for anything. Behind slow predicts that hold every
-thread, a body that is not an image, or an image cut short, is answered 400 at once on every protocol, not queued
-behind the model's work (and so never a 503 or 504)."""
+thread, a body that is not an image, or an image cut short, is answered 400 at once on every protocol, and so is a
+request the parser refuses before any image is read; none is queued behind the model's work (never a 503 or 504)."""
 
 import base64
 import json
@@ -77,6 +77,15 @@ def test_bad_images_behind_slow_predicts_are_refused_at_once_on_every_protocol(f
                 except grpc.RpcError as refused:
                     assert refused.code() is grpc.StatusCode.INVALID_ARGUMENT, (case, refused.code(), refused.details())
                     assert "input 'image-0'" in refused.details() and said in refused.details(), refused.details()
+            good = image_input("image-0", PIXELS)
+            unparsed = {
+                "bad shape": chariot_request({**good, "shape": [2]}),
+                "bad base64": chariot_request({**good, "data": ["not base64!"]}),
+                "unknown action": chariot_request(image_input("image-0", PIXELS, action="dance")),
+            }
+            for case, body in unparsed.items():
+                reply = requests.post(f"{engine.url}/v2/models/{MODEL}/infer", json=body, timeout=60)
+                assert reply.status_code == 400, (case, reply.status_code, reply.text)
         assert not sleeper.done(), "every bad request should be answered while the slow predict still runs"
     finally:
         answers = [sleeper.result(), *(w.result() for w in waiting)]

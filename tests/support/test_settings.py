@@ -94,6 +94,7 @@ def test_defaults_and_values_read_from_the_environment():
     [
         ("CHARIOT_THREADS", "many", "CHARIOT_THREADS must be a whole number, at least 0, got 'many'"),
         ("CHARIOT_THREADS", "-1", "CHARIOT_THREADS must be a whole number, at least 0, got '-1'"),
+        ("CHARIOT_MAX_INPUTS", "many", "CHARIOT_MAX_INPUTS must be a whole number"),
         (
             "CHARIOT_MAX_BATCH_WAIT_MS",
             "0",
@@ -103,6 +104,7 @@ def test_defaults_and_values_read_from_the_environment():
         ("CHARIOT_PREDICT_INLINE", "enabled", "CHARIOT_PREDICT_INLINE must be one of 1, true, yes, on, 0, false, no"),
         ("CHARIOT_PREDICT_TIMEOUT", "0", "CHARIOT_PREDICT_TIMEOUT must be a positive number of seconds, got '0'"),
         ("CHARIOT_PREDICT_TIMEOUT", "inf", "CHARIOT_PREDICT_TIMEOUT must be a positive number of seconds"),
+        ("CHARIOT_PREDICT_TIMEOUT", "soon", "CHARIOT_PREDICT_TIMEOUT must be a positive number of seconds, got 'soon'"),
         ("CHARIOT_GRPC_GRACE", "-1", "CHARIOT_GRPC_GRACE must be a number of seconds, at least 0, got '-1'"),
         ("CHARIOT_INFERENCE_PROTOCOL", "v3", "must be one of auto, chariot-v2-kserve, chariot-v2, got 'v3'"),
     ],

@@ -323,7 +323,9 @@ def test_the_torch_example_finds_the_face_clips_it_to_the_picture_and_finds_noth
         model, photos = torch_example()
     assert model.device.type == ("cuda" if torch.cuda.is_available() else "cpu")
     # It says where it runs: on a GPU node without a GPU request torch would take the CPU silently.
-    assert f"MTCNN on {model.device} (torch {torch.__version__}" in caplog.text and "weights: the wheel's" in caplog.text
+    assert (
+        f"MTCNN on {model.device} (torch {torch.__version__}" in caplog.text and "weights: the wheel's" in caplog.text
+    )
     astronaut = photos.astronaut()
     (face,) = answer(model, as_image(astronaut))
     print(f"astronaut: {face}")

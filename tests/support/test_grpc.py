@@ -257,10 +257,13 @@ def test_only_plain_grpc_requests_are_read_by_the_engine_itself(model_name, scen
     assert plain_grpc_request(typed, 1_000_000) is None
 
 
-def test_a_call_past_its_deadline_is_not_predicted_and_is_counted():
-    """A client's deadline is honoured: a call that waits for the one thread past its deadline gets
-    DEADLINE_EXCEEDED, is never predicted (the thread is free as soon as the predict before it returns), and is
-    counted and logged as such (504), not as the engine's failure."""
+@pytest.mark.parametrize("waits_for", ["a thread", "a model copy"])
+def test_a_call_past_its_deadline_is_not_predicted_and_is_counted(waits_for, faulty_engine):
+    """A client's deadline is honoured: a call that waits past its deadline, for the one thread or, with threads to
+    spare, for the one copy of a model that is not thread-safe, gets DEADLINE_EXCEEDED, is never predicted (the
+    thread or the copy is free as soon as the predict before it returns), and is counted and logged as such (504),
+    not as the engine's failure."""
+    import contextlib
     import re
     import time
     from concurrent.futures import ThreadPoolExecutor
@@ -269,25 +272,36 @@ def test_a_call_past_its_deadline_is_not_predicted_and_is_counted():
     from chariot_support.dev.testing import run_engine
 
     pixels = np.zeros((32, 48, 3), np.uint8)
+    refused = re.compile(r'^chariot_grpc_refused_total\{reason="deadline_exceeded"\} (\d+)\.0$', re.M)
 
     def call(stub, seconds: float, timeout: float):
         body = chariot_request(image_input("image-0", pixels, fault="sleep", seconds=seconds))
         return stub.ModelInfer(grpc_request(body, "m-faulty"), timeout=timeout)
 
-    with run_engine("faulty_engine", src=Path(__file__).parent, env={"CHARIOT_THREADS": "1"}) as engine:
+    def refusals(engine) -> int:
+        metrics = requests.get(f"http://127.0.0.1:{engine.metrics_port}/metrics", timeout=5).text
+        found = refused.search(metrics)
+        return int(found.group(1)) if found else 0
+
+    with contextlib.ExitStack() as stack:
+        if waits_for == "a thread":
+            env = {"CHARIOT_THREADS": "1"}
+            engine = stack.enter_context(run_engine("faulty_engine", src=Path(__file__).parent, env=env))
+        else:  # the session's: several threads, one copy of a model that runs one predict at a time
+            engine = faulty_engine
+        before, logged = refusals(engine), len(engine.log())
         with grpc.insecure_channel(engine.grpc_address) as channel, ThreadPoolExecutor(1) as pool:
             stub = GRPCInferenceServiceStub(channel)
             slow = pool.submit(call, stub, 2, 30)
-            time.sleep(0.3)  # the one thread is inside the slow predict
+            time.sleep(0.3)  # the one thread, or the one copy, is inside the slow predict
             with pytest.raises(grpc.RpcError) as late:
                 call(stub, 1.5, 0.5)
             assert late.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
             slow.result(timeout=30)
             started = time.monotonic()
             call(stub, 0, 30)
-            # Measured here: a few ms; had the late call been predicted, the thread would be busy for 1.5 s more.
+            # Measured here: a few ms; had the late call been predicted, the model would be busy for 1.5 s more.
             assert time.monotonic() - started < 1.0
-        metrics = requests.get(f"http://127.0.0.1:{engine.metrics_port}/metrics", timeout=5).text
-        log = engine.log()
-    assert re.search(r'^chariot_grpc_refused_total\{reason="deadline_exceeded"\} 1\.0$', metrics, re.M), metrics[-2000:]
+        assert refusals(engine) == before + 1
+        log = engine.log()[logged:]
     assert re.search(r'"message": "ModelInfer /v2/models/m-faulty/infer 504 ', log), log[-3000:]

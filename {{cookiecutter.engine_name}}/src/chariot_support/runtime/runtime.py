@@ -216,6 +216,7 @@ class ChariotRuntime(MLModel):
         try:
             return await answer
         except asyncio.CancelledError:
+            call.abandoned = True  # work already on a thread, waiting for a model copy, stops before predict
             job.cancel()  # the request is gone: if its work has not started, it never will
             raise
         except Overran:
@@ -257,6 +258,9 @@ class ChariotRuntime(MLModel):
         instance = self._copies.acquire(call.deadline)
         if instance is None:
             raise PredictTimeout(f"the model was busy for all of CHARIOT_PREDICT_TIMEOUT ({self._timeout:g} s)")
+        if call.abandoned:  # its caller gave up while it waited for the copy: nobody would read the answer
+            self._copies.release(instance)
+            raise asyncio.CancelledError
         with self._state_lock:
             call.in_predict = True
         try:

@@ -87,6 +87,7 @@ class Call:
     deadline: float
     in_predict: bool = False
     overran: bool = False
+    abandoned: bool = False  # its caller gave up (a gRPC deadline passed, the client went away): never predicted
 
 
 class Threads:

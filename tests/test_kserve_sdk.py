@@ -22,7 +22,7 @@ KSERVE_PYTHON = ROOT / ".venv-kserve" / "bin" / "python"
 @pytest.mark.slow
 def test_kserve_sdk_reads_health_results_and_errors(demo_engine):
     assert KSERVE_PYTHON.exists(), (
-        f"{KSERVE_PYTHON} is missing: scripts/test makes it (python3 -m venv .venv-kserve &&"
+        f"{KSERVE_PYTHON} is missing: scripts/test makes it (.venv/bin/uv venv .venv-kserve &&"
         " .venv/bin/uv pip install --python .venv-kserve/bin/python -r requirements-kserve.txt)"
     )
     task = TaskType.IMAGE_TEXT_TO_TEXT

@@ -40,6 +40,15 @@ def pytest_collection_modifyitems(config, items):
         if torch:
             config.hook.pytest_deselected(items=torch)
             items[:] = [item for item in items if not item.get_closest_marker("torch")]
+    # Files holding slow or bake tests run first, so that the workers share those out while the quick tests are
+    # left to fill the end, rather than one worker starting a 20-second bake while the others have nothing left to
+    # take. Files stay whole and each keeps its tests' order.
+    heavy = {
+        item.nodeid.split("::")[0]
+        for item in items
+        if item.get_closest_marker("slow") or item.get_closest_marker("bake")
+    }
+    items.sort(key=lambda item: item.nodeid.split("::")[0] not in heavy)
 
 
 @pytest.fixture(scope="session")

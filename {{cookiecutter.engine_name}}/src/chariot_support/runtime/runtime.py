@@ -247,9 +247,9 @@ class ChariotRuntime(MLModel):
                     "; the engine reports not ready until it returns" if self._copies.stuck else "",
                 )
 
-    def _call_model(self, call: Call, method: str, *args):
+    def _call_model(self, call: Call, method: str, *args, calls: Sequence[Call] = ()):
         """The model's predict or explain on a free model instance (one call at a time per copy unless the model
-        is thread-safe)."""
+        is thread-safe), as `call`, for `calls` (its batch; `call` alone when not batched)."""
         if self._copies.stuck:
             raise ModelBusy(
                 f"every copy of the model is still inside a predict that overran CHARIOT_PREDICT_TIMEOUT "
@@ -258,7 +258,7 @@ class ChariotRuntime(MLModel):
         instance = self._copies.acquire(call.deadline)
         if instance is None:
             raise PredictTimeout(f"the model was busy for all of CHARIOT_PREDICT_TIMEOUT ({self._timeout:g} s)")
-        if call.abandoned:  # its caller gave up while it waited for the copy: nobody would read the answer
+        if all(c.abandoned for c in calls or [call]):  # every caller gave up while it waited: nobody would read it
             self._copies.release(instance)
             raise asyncio.CancelledError
         with self._state_lock:
@@ -346,7 +346,7 @@ class ChariotRuntime(MLModel):
 
         try:
             with model_output.serving([c.request_id for c in calls]):
-                results = self._call_model(calls[0], "predict", images, tensors)
+                results = self._call_model(calls[0], "predict", images, tensors, calls=calls)
         except ChariotError:
             raise
         except Exception as exc:

@@ -84,3 +84,23 @@ def test_the_first_bad_image_is_the_one_named(make_runtime):
         predict(runtime, request(6, bad=(1, 4)))
     (response,) = predict(runtime, request(2))
     assert len(response.outputs) == 2
+
+
+def test_a_batch_is_given_up_only_when_every_request_in_it_was(make_runtime):
+    """A request whose caller gave up (a gRPC deadline, a client gone) while it waited for a model copy is not
+    predicted; in a batch, the live requests beside it still are, whichever of them leads the batch."""
+    from chariot_support.model.image import Image
+    from chariot_support.runtime.threads import Call
+
+    runtime = make_runtime(2)
+    image = Image("image-0", PIXELS, "detect", None, (), {})
+    deadline = time.monotonic() + 30
+    gone, live = Call("gone", deadline, abandoned=True), Call("live", deadline)
+    results = runtime._call_model(gone, "predict", [image, image], {}, calls=[gone, live])
+    assert len(results) == 2, "the live request's batch is predicted though the request leading it gave up"
+    with pytest.raises(asyncio.CancelledError):
+        runtime._call_model(gone, "predict", [image], {}, calls=[gone, Call("gone too", deadline, abandoned=True)])
+    with pytest.raises(asyncio.CancelledError):
+        runtime._call_model(gone, "predict", [image], {})
+    # Each refusal gave its copy back: the model still answers.
+    assert len(runtime._call_model(live, "predict", [image], {})) == 1

@@ -292,10 +292,13 @@ def test_a_call_past_its_deadline_is_not_predicted_and_is_counted(waits_for, fau
         before, logged = refusals(engine), len(engine.log())
         with grpc.insecure_channel(engine.grpc_address) as channel, ThreadPoolExecutor(1) as pool:
             stub = GRPCInferenceServiceStub(channel)
+            call(stub, 0, 30)  # connected: the slow call below reaches the engine at once
             slow = pool.submit(call, stub, 2, 30)
             time.sleep(0.3)  # the one thread, or the one copy, is inside the slow predict
+            # A deadline of 1.2 s, not less: a call whose client gives up before the engine has read it never
+            # reaches the engine's code (gRPC drops it), and a busy machine may take a while to read it.
             with pytest.raises(grpc.RpcError) as late:
-                call(stub, 1.5, 0.5)
+                call(stub, 1.5, 1.2)
             assert late.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
             slow.result(timeout=30)
             started = time.monotonic()
@@ -305,3 +308,17 @@ def test_a_call_past_its_deadline_is_not_predicted_and_is_counted(waits_for, fau
         assert refusals(engine) == before + 1
         log = engine.log()[logged:]
     assert re.search(r'"message": "ModelInfer /v2/models/m-faulty/infer 504 ', log), log[-3000:]
+
+
+def test_a_call_its_client_gave_up_on_just_before_the_engines_deadline_counts_as_past_its_deadline():
+    """The client's clock starts before the engine's, so its cancellation at its deadline arrives while the engine
+    still has a few ms left (seen with the cores busy): that is the deadline passing (504), not a client that left."""
+    from chariot_support.grpc.service import CLIENT_CLOCK_LEAD_S, _past_deadline
+
+    class Context:
+        def __init__(self, remaining):
+            self.time_remaining = lambda: remaining
+
+    assert _past_deadline(Context(0.002), CLIENT_CLOCK_LEAD_S) and _past_deadline(Context(0), CLIENT_CLOCK_LEAD_S)
+    assert not _past_deadline(Context(5.0), CLIENT_CLOCK_LEAD_S), "a client that left with 5 s to go chose to"
+    assert not _past_deadline(Context(None), CLIENT_CLOCK_LEAD_S), "a call without a deadline has none to pass"

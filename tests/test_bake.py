@@ -92,7 +92,8 @@ def test_sample_images_arrive_byte_for_byte(baked, task):
         assert (baked_samples / path.name).read_bytes() == path.read_bytes(), path.name
 
 
-@pytest.mark.parametrize("task", TASKS)
+# Object Detection's engine, the default bake, runs its own suite in test_tooling.py's CI steps, as its CI runs it.
+@pytest.mark.parametrize("task", [task for task in TASKS if task != "Object Detection"])
 def test_baked_engine_passes_its_own_tests(baked, task):
     root = baked(task)
     result = subprocess.run(

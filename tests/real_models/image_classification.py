@@ -5,9 +5,8 @@ from pathlib import Path
 
 import cv2
 import numpy as np
-import onnxruntime
 
-from chariot_support import ChariotModel, Classification, Image, TaskType
+from chariot_support import ChariotModel, Classification, Image, TaskType, onnx_session
 
 LABELS = ("upright", "upside down")  # the model's classes 0 and 180 degrees
 
@@ -17,9 +16,7 @@ class Model(ChariotModel):
     thread_safe = True  # an ONNX Runtime session may run from several threads at once
 
     def load(self, model_dir: Path) -> None:
-        options = onnxruntime.SessionOptions()
-        options.intra_op_num_threads = self.threads
-        self.net = onnxruntime.InferenceSession(str(model_dir / "ch_ppocr_mobile_v2.0_cls_infer.onnx"), options)
+        self.net = onnx_session(model_dir / "ch_ppocr_mobile_v2.0_cls_infer.onnx", self.threads)
 
     def predict(self, images: Sequence[Image], tensors: Mapping[str, np.ndarray]) -> list[list[Classification]]:
         # 48 px high, at most 192 wide, padded on the right: the classifier's input, in BGR scaled to -1..1.

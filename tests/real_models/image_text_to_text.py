@@ -6,9 +6,8 @@ from pathlib import Path
 
 import cv2
 import numpy as np
-import onnxruntime
 
-from chariot_support import ChariotModel, Image, PromptAnswer, TaskType
+from chariot_support import ChariotModel, Image, PromptAnswer, TaskType, onnx_session
 
 
 class Model(ChariotModel):
@@ -16,10 +15,8 @@ class Model(ChariotModel):
     thread_safe = True  # ONNX Runtime sessions may run from several threads at once
 
     def load(self, model_dir: Path) -> None:
-        options = onnxruntime.SessionOptions()
-        options.intra_op_num_threads = self.threads
-        self.detector = onnxruntime.InferenceSession(str(model_dir / "ch_PP-OCRv4_det_infer.onnx"), options)
-        self.reader = onnxruntime.InferenceSession(str(model_dir / "ch_PP-OCRv4_rec_infer.onnx"), options)
+        self.detector = onnx_session(model_dir / "ch_PP-OCRv4_det_infer.onnx", self.threads)
+        self.reader = onnx_session(model_dir / "ch_PP-OCRv4_rec_infer.onnx", self.threads)
         alphabet = self.reader.get_modelmeta().custom_metadata_map["character"].splitlines()
         self.alphabet = ["", *alphabet, " "]  # CTC's blank first, and a space the alphabet leaves out
 

@@ -5,9 +5,8 @@ from pathlib import Path
 
 import cv2
 import numpy as np
-import onnxruntime
 
-from chariot_support import ChariotModel, Image, OrientedDetection, TaskType
+from chariot_support import ChariotModel, Image, OrientedDetection, TaskType, onnx_session
 
 
 class Model(ChariotModel):
@@ -15,9 +14,7 @@ class Model(ChariotModel):
     thread_safe = True  # an ONNX Runtime session may run from several threads at once
 
     def load(self, model_dir: Path) -> None:
-        options = onnxruntime.SessionOptions()
-        options.intra_op_num_threads = self.threads
-        self.net = onnxruntime.InferenceSession(str(model_dir / "ch_PP-OCRv4_det_infer.onnx"), options)
+        self.net = onnx_session(model_dir / "ch_PP-OCRv4_det_infer.onnx", self.threads)
 
     def predict(self, images: Sequence[Image], tensors: Mapping[str, np.ndarray]) -> list[list[OrientedDetection]]:
         return [self.lines(image) for image in images]

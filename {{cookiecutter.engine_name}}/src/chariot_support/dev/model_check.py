@@ -92,8 +92,9 @@ class ServedModel:
             results.append(check_results(self.task, output["data"][0], picture.name))
         return results
 
-    def infer_concurrently(self, copies: int = 8) -> list[list[list[dict]]]:
-        """The answers to `copies` requests for every picture, sent at once."""
+    def infer_concurrently(self, copies: int = 4) -> list[list[list[dict]]]:
+        """The answers to `copies` requests for every picture, sent at once: with four, calls overlap on every thread
+        of a machine with up to four cores, and a slow model's suite does not pay for more."""
         with ThreadPoolExecutor(copies) as pool:
             return list(pool.map(lambda _: self.infer(), range(copies)))
 

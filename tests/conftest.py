@@ -29,6 +29,17 @@ settings.register_profile("explore", derandomize=False, max_examples=1000, **_PR
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
+def pytest_ignore_collect(collection_path: Path, config) -> bool | None:
+    """With `-m hostile` (scripts/test's second part), a test file that never names the marker is not imported: it
+    holds no hostile test, since markers are written in the files (the hook below adds only `bake` and reads
+    `torch`). Each of that part's workers collects in 2.5 s instead of 4.8."""
+    if config.getoption("markexpr") != "hostile" or not collection_path.name.startswith("test_"):
+        return None
+    if collection_path.suffix == ".py" and "hostile" not in collection_path.read_text():
+        return True
+    return None
+
+
 def pytest_collection_modifyitems(config, items):
     """A test that takes a baked engine (`baked`, `baked_engine`) is a `bake` test, however it is written. Tests
     marked `torch` run in a venv of their own (scripts/test-torch, `-m torch`): any other run deselects them."""

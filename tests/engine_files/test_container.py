@@ -4,6 +4,7 @@ HEALTHCHECK command is run against the real engine."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -254,23 +255,29 @@ def test_dockerignore_keeps_local_secrets_out():
 OTHER_UID = 12345
 
 
+@functools.cache
 def python_for_another_uid() -> tuple[str, list[str]]:
     """An interpreter the other UID may run, and the folders it must import from. The test's own interpreter can sit
-    in root's private home (pyenv); the system's interpreter of the same version then runs this one's packages."""
+    in root's private home (pyenv); the system's interpreter of the same version then runs this one's packages. Its
+    compiled files are written once, as root, where the tests keep theirs (PYTHONPYCACHEPREFIX, which the engines
+    inherit): the other UID reads them there, where its engines would otherwise compile every module they import,
+    in every process, without being able to keep the result."""
     as_other = {"user": OTHER_UID, "group": 0, "extra_groups": []}
     version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    prefix = {"PYTHONPYCACHEPREFIX": os.environ["PYTHONPYCACHEPREFIX"]} if "PYTHONPYCACHEPREFIX" in os.environ else {}
     for python, paths in ((sys.executable, []), (f"/usr/bin/{version}", sysconfig.get_path("purelib").split())):
+        env = {"PYTHONPATH": os.pathsep.join(paths), **prefix}
         try:
-            env = {"PYTHONPATH": os.pathsep.join(paths)}
-            if (
-                subprocess.run(
-                    [python, "-c", "import mlserver"], env=env, capture_output=True, timeout=60, **as_other
-                ).returncode
-                == 0
-            ):
-                return python, paths
+            if subprocess.run([python, "-c", ""], env=env, capture_output=True, timeout=60, **as_other).returncode:
+                continue
         except OSError:
             continue
+        subprocess.run([python, "-c", "import mlserver"], env=env, capture_output=True, timeout=60)
+        if subprocess.run(
+            [python, "-c", "import mlserver"], env=env, capture_output=True, timeout=60, **as_other
+        ).returncode:
+            continue
+        return python, paths
     raise AssertionError(f"no interpreter with mlserver that UID {OTHER_UID} may run")
 
 

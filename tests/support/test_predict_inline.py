@@ -54,7 +54,7 @@ def test_a_failing_inline_predict_is_a_500_and_the_engine_serves_on(inline):
     assert response.status_code == 500
     assert response.json() == {"error": "predict failed: RuntimeError: the GPU caught fire"}
     assert label(inline, "none") == "cat"
-    assert "CHARIOT_PREDICT_INLINE is on" in inline.log_path.read_text()
+    assert "CHARIOT_PREDICT_INLINE is on" in inline.log()
 
 
 def test_inline_predicts_cannot_be_batched():

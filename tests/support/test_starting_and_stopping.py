@@ -62,6 +62,8 @@ def test_while_workers_load_the_engine_answers_503_with_retry_after_and_every_pr
         served = requests.post(f"{engine.url}/v2/models/m-faulty/infer", data=json.dumps(body), timeout=30)
         assert served.status_code == 200, served.text
         engine.wait_for_log("loaded FaultyModel")
+    # Stopped, the engine leaves no log file behind in the temp folder; what it wrote is still there to read.
+    assert not engine.log_path.exists(), engine.log_path
     entries = json_lines(engine.log())
     messages = [e["message"] for e in entries]
     loaded = [e for e in entries if e["message"].startswith("loaded FaultyModel")]

@@ -266,6 +266,7 @@ class RunningEngine:
     grpc_port: int
     metrics_port: int
     log_path: Path
+    kept_log: str | None = None  # the log as it was when the engine was stopped and its file removed
 
     @property
     def url(self) -> str:
@@ -276,7 +277,9 @@ class RunningEngine:
         return f"127.0.0.1:{self.grpc_port}"
 
     def log(self) -> str:
-        """Everything the engine has written to stdout and stderr so far."""
+        """Everything the engine has written to stdout and stderr so far (all of it, once it was stopped)."""
+        if self.kept_log is not None:
+            return self.kept_log
         return self.log_path.read_text(errors="replace")
 
     def wait_for_log(self, text: str, timeout: float = 10.0) -> str:
@@ -357,6 +360,9 @@ def run_engine(
     finally:
         stop(engine)
         log_file.close()
+        # The log file goes with the engine; what it held stays readable from `engine.log()`.
+        engine.kept_log = engine.log()
+        engine.log_path.unlink(missing_ok=True)
 
 
 def stop(engine: RunningEngine, timeout: float = 20.0) -> int:

@@ -267,7 +267,7 @@ CASES: list[Case] = [
         "JPEG missing its last bytes", request(image(data=b64(JPEG[:-2]))), "input 'image-0'", "JPEG file is cut short"
     ),
     case("truncated PNG", request(image(data=_truncated(PNG, 0.6))), "input 'image-0'", "PNG file is cut short"),
-    case("truncated GIF", request(image(data=_truncated(_gif(), 0.5))), "input 'image-0'", "could not be decoded"),
+    case("truncated GIF", request(image(data=_truncated(_gif(), 0.5))), "input 'image-0'", "GIF file is cut short"),
     case("image of zero width", request(image(data=b64(png_declaring(0, 10)))), "input 'image-0'", "not an image"),
     case("image of zero height", request(image(data=b64(png_declaring(10, 0)))), "input 'image-0'", "not an image"),
     case(

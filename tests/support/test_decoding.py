@@ -384,6 +384,12 @@ def jpeg(**options) -> bytes:
 NOISE = np.random.default_rng(1).integers(0, 255, (40, 60, 3), dtype=np.uint8)
 
 
+def gif() -> bytes:
+    buffer = io.BytesIO()
+    PIL.Image.fromarray(NOISE).save(buffer, "GIF")
+    return buffer.getvalue()
+
+
 @pytest.mark.parametrize(
     "raw",
     [
@@ -391,8 +397,9 @@ NOISE = np.random.default_rng(1).integers(0, 255, (40, 60, 3), dtype=np.uint8)
         jpeg(progressive=True),
         base64.b64decode(encode_image(NOISE)),
         base64.b64decode(encode_image(NOISE, ".webp")),
+        gif(),
     ],
-    ids=["jpeg", "progressive", "png", "webp"],
+    ids=["jpeg", "progressive", "png", "webp", "gif"],
 )
 def test_a_file_cut_anywhere_is_refused_and_whole_is_read(raw):
     assert decoded(b64(raw)).shape == (40, 60, 3)

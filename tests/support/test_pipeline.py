@@ -19,11 +19,13 @@ MODEL = "m-faulty"
 PIXELS = np.full((48, 64, 3), 90, np.uint8)
 JPEG = base64.b64decode(encode_image(PIXELS, ".jpg"))
 PNG = base64.b64decode(encode_image(PIXELS, ".png"))
+GIF = base64.b64decode(encode_image(np.indices((48, 64, 3)).sum(axis=0).astype(np.uint8), ".gif"))
 # Each bad file, and what its 400 says of it.
 BAD_FILES = {
     "not an image": (b"a letter, not a picture " * 8, "is not an image this engine can read"),
     "truncated JPEG": (JPEG[: len(JPEG) * 6 // 10], "JPEG file is cut short"),
     "truncated PNG": (PNG[: len(PNG) * 6 // 10], "PNG file is cut short"),
+    "truncated GIF": (GIF[: len(GIF) * 6 // 10], "GIF file is cut short"),
 }
 
 

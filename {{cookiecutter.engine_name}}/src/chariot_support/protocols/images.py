@@ -105,7 +105,7 @@ def check_image(
     encoded: bytes, where: str, limits: EngineSettings = DEFAULTS, item: str = ""
 ) -> tuple[int, int, str | None]:
     """Width, height and format of an image file, checked without decoding a pixel: a format OpenCV decodes, within
-    the limits, and whole (a JPEG's end marker, a PNG's IEND chunk). Microseconds: requests are checked so while they
+    the limits, and whole (a JPEG's end marker, a PNG's IEND chunk, a GIF's trailer). Microseconds: requests are checked so while they
     are read, before they wait for anything."""
     width, height, kind = image_header(encoded, where, limits, item)
     if not _complete(encoded, kind):
@@ -155,7 +155,7 @@ def _float_tiff(buffer: np.ndarray) -> np.ndarray | None:
 
 
 def _complete(encoded: bytes, kind: str | None) -> bool:
-    """Whether a JPEG, PNG or WebP file reaches its end. OpenCV decodes a cut-off file without complaint, filling
+    """Whether a JPEG, PNG, WebP or GIF file reaches its end. OpenCV decodes a cut-off file without complaint, filling
     the missing rows with grey; this looks only at markers and lengths, never at pixels, so it costs microseconds."""
     if kind == "JPEG":
         # Walk the segments to the first start-of-scan; the end-of-image marker must follow it. Scan data cannot
@@ -181,4 +181,9 @@ def _complete(encoded: bytes, kind: str | None) -> bool:
         return encoded.rfind(b"IEND\xaeB`\x82") != -1  # the IEND chunk, whose CRC never varies
     if kind == "WEBP":
         return len(encoded) >= 8 + int.from_bytes(encoded[4:8], "little")
+    if kind == "GIF":
+        # The last block's terminator (00) and the trailer (3B) end the file, padding of zero bytes aside. OpenCV
+        # refuses a GIF without its trailer, but only once the request has waited for a thread, and prints the
+        # error to stderr, past the engine's JSON log.
+        return encoded.rstrip(b"\x00").endswith(b"\x00;")
     return True

@@ -408,6 +408,10 @@ def test_a_file_cut_anywhere_is_refused_and_whole_is_read(raw):
         assert "cut short" in message or "not an image" in message, (end, message)
 
 
+def test_a_gif_padded_with_zero_bytes_after_its_trailer_is_read():
+    assert decoded(b64(gif() + b"\x00" * 3)).shape == (40, 60, 3)
+
+
 def test_jpeg_end_is_looked_for_after_the_image_not_in_a_thumbnail_or_trailer():
     whole = jpeg()
     thumbnail = jpeg(quality=20)  # a complete JPEG, end marker included, inside an APP2 segment before the image

@@ -105,8 +105,8 @@ def check_image(
     encoded: bytes, where: str, limits: EngineSettings = DEFAULTS, item: str = ""
 ) -> tuple[int, int, str | None]:
     """Width, height and format of an image file, checked without decoding a pixel: a format OpenCV decodes, within
-    the limits, and whole (a JPEG's end marker, a PNG's IEND chunk, a GIF's trailer). Microseconds: requests are checked so while they
-    are read, before they wait for anything."""
+    the limits, and whole (a JPEG's end marker, a PNG's IEND chunk, a GIF's trailer). Microseconds: requests are
+    checked so while they are read, before they wait for anything."""
     width, height, kind = image_header(encoded, where, limits, item)
     if not _complete(encoded, kind):
         raise BadRequest(f"{where}: the {kind} file is cut short (it has no end marker); send the whole file")
@@ -155,8 +155,10 @@ def _float_tiff(buffer: np.ndarray) -> np.ndarray | None:
 
 
 def _complete(encoded: bytes, kind: str | None) -> bool:
-    """Whether a JPEG, PNG, WebP or GIF file reaches its end. OpenCV decodes a cut-off file without complaint, filling
-    the missing rows with grey; this looks only at markers and lengths, never at pixels, so it costs microseconds."""
+    """Whether a JPEG, PNG, WebP or GIF file reaches its end. OpenCV decodes a cut-off JPEG, PNG or WebP without
+    complaint, filling the missing rows with grey; a GIF without its trailer it refuses, but only once the request
+    has waited for a thread, and with its error printed to stderr, past the engine's JSON log. This looks only at
+    markers and lengths, never at pixels, so it costs microseconds."""
     if kind == "JPEG":
         # Walk the segments to the first start-of-scan; the end-of-image marker must follow it. Scan data cannot
         # hold FF D9, an EXIF thumbnail's markers lie inside a segment before it, and data appended after the
@@ -182,8 +184,9 @@ def _complete(encoded: bytes, kind: str | None) -> bool:
     if kind == "WEBP":
         return len(encoded) >= 8 + int.from_bytes(encoded[4:8], "little")
     if kind == "GIF":
-        # The last block's terminator (00) and the trailer (3B) end the file, padding of zero bytes aside. OpenCV
-        # refuses a GIF without its trailer, but only once the request has waited for a thread, and prints the
-        # error to stderr, past the engine's JSON log.
-        return encoded.rstrip(b"\x00").endswith(b"\x00;")
+        # The last block's terminator (00) and the trailer (3B) end the file, a few bytes of zero padding aside
+        # (looked for in the last 64 bytes, without copying the file).
+        tail = encoded[-64:]
+        end = tail.rfind(b"\x00;")
+        return end != -1 and not tail[end + 2 :].strip(b"\x00")
     return True

@@ -122,6 +122,11 @@ class Choice:
     why: str
 
 
+def clients(count: int) -> str:
+    """'1 client', '4 clients'."""
+    return f"{count} client{'s' if count > 1 else ''}"
+
+
 def choose(points: list[Point], p99_ms: float | None = None) -> Choice:
     """The point with the most requests/s among those with no errors whose p99 is within `p99_ms`, or, without a
     budget, within twice the lowest p99 measured; a Refused when none qualifies."""
@@ -147,24 +152,20 @@ def choose(points: list[Point], p99_ms: float | None = None) -> Choice:
     close = None
     if base is not None and not best.candidate.is_default and best.rps < MIN_GAIN * base.rps:
         close, best = best, base  # within the noise of the measurements: the defaults stand
-    clients = f"{best.clients} client{'s' if best.clients > 1 else ''}"
-    why = (
-        f"{best.candidate.label} at {clients} at once served {best.rps:.1f} requests/s with p99 {best.p99_ms:.1f} ms:"
-        f" the most of any setting with {rule}."
-    )
+    served = f"{best.candidate.label} at {clients(best.clients)} at once served {best.rps:.1f} requests/s with p99"
+    served += f" {best.p99_ms:.1f} ms"
+    why = f"{served}: the most of any setting with {rule}."
     if close is not None:
         why = (
-            f"{best.candidate.label} at {clients} at once served {best.rps:.1f} requests/s with p99"
-            f" {best.p99_ms:.1f} ms, with {rule}. {close.candidate.label} served {close.rps:.1f} requests/s"
+            f"{served}, with {rule}. {close.candidate.label} served {close.rps:.1f} requests/s"
             f" ({close.rps / best.rps:.2f}x), less than the {MIN_GAIN:.2f}x that would stand out from the"
             " difference between two measurements of one setting: the engine's defaults stand."
         )
     elif best.candidate.is_default:
         why += " No other setting did better than the engine's defaults."
     elif base is not None:
-        base_clients = f"{base.clients} client{'s' if base.clients > 1 else ''}"
         why += (
-            f" The defaults, under the same bound, served {base.rps:.1f} requests/s (at {base_clients}):"
+            f" The defaults, under the same bound, served {base.rps:.1f} requests/s (at {clients(base.clients)}):"
             f" {best.rps / base.rps:.2f}x as many with these settings."
         )
     else:

@@ -9,7 +9,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from chariot_support.dev.tune.choose import Point, final
+from chariot_support.dev.tune.choose import Point, clients, final
 
 WIDTH, HEIGHT = 1200, 680
 LEFT, RIGHT, TOP, BOTTOM = 90, 330, 60, 70  # the plot area's margins; the legend sits in the right one
@@ -99,7 +99,7 @@ def draw(points: list[Point], chosen: Point | None, bound_ms: float | None, titl
         lines = [
             "recommended:",
             chosen.candidate.label[:30],
-            f"{chosen.clients} client{'s' if chosen.clients > 1 else ''} at once",
+            f"{clients(chosen.clients)} at once",
             f"{chosen.rps:.1f} req/s, p99 {chosen.p99_ms:.1f} ms",
         ]
         for n, text in enumerate(lines):

@@ -2,6 +2,9 @@
 
 import base64
 import json
+import os
+import subprocess
+import sys
 
 import grpc
 import numpy as np
@@ -20,6 +23,7 @@ from chariot_support.dev.testing import (
     run_demo_engine,
 )
 from chariot_support.model.tasks import TaskType
+from template_paths import SUPPORT_SRC
 
 PROMPTS = ["what colours are in the picture?"]
 
@@ -68,6 +72,28 @@ def test_grpc_results_equal_rest_results(engine, stub, model_name, scene, raw):
     assert grpc_results(response) == expected
     assert [o.name for o in response.outputs] == ["image-0", "image-1"]
     assert all(o.datatype == "BYTES" and list(o.shape) == [1] for o in response.outputs)
+
+
+def test_grpc_helpers_import_no_mlserver_and_build_mlservers_own_messages():
+    """An engine's own tests speak gRPC without importing MLServer (its server costs a second of every test run);
+    MLServer, imported later in the same process, has the very same message classes and reads what was built."""
+    script = """
+import sys
+from chariot_support.dev.testing import grpc_request
+inputs = [{"name": "n", "shape": [2], "datatype": "FP32", "data": [1.5, 2]},
+          {"name": "s", "shape": [1], "datatype": "BYTES", "data": ["caf\u00e9"]}]
+message = grpc_request({"id": "r-1", "inputs": inputs}, "m-x", raw=True)
+assert [m for m in sys.modules if m.startswith("mlserver")] == ["mlserver.grpc.dataplane_pb2"]
+from mlserver.grpc import dataplane_pb2
+from mlserver.grpc.converters import ModelInferRequestConverter
+assert type(message) is dataplane_pb2.ModelInferRequest
+request = ModelInferRequestConverter.to_types(message)
+print(request.id, [t.data.root for t in request.inputs])
+"""
+    env = {**os.environ, "PYTHONPATH": str(SUPPORT_SRC)}
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == "r-1 [[1.5, 2.0], [b'caf\\xc3\\xa9']]"
 
 
 def test_grpc_passes_metadata_through(stub, model_name, scene):

@@ -16,8 +16,7 @@ import pytest
 
 from chariot_support.dev.model_check import sample_pictures, start_failure
 from chariot_support.dev.testing import EngineDidNotStart, engine_package, run_engine
-from chariot_support.model.base import ChariotModel
-from chariot_support.runtime.runtime import missing_file
+from chariot_support.model.base import ChariotModel, missing_file
 
 ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src"

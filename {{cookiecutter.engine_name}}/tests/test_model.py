@@ -3,9 +3,7 @@ what your model finds in it, in its task type's format, over REST and gRPC, give
 requests when it says it is thread-safe, and explain when it has an explain. This file belongs to the engine
 (template updates keep it current); what your model should find goes in test_task.py."""
 
-import grpc
 import pytest
-from mlserver.grpc.dataplane_pb2_grpc import GRPCInferenceServiceStub
 
 from chariot_support.dev.model_check import (
     PROMPTS,
@@ -15,7 +13,7 @@ from chariot_support.dev.model_check import (
     picture_input,
     same_answers,
 )
-from chariot_support.dev.testing import answer, grpc_request, grpc_results, read_picture
+from chariot_support.dev.testing import answer, grpc_infer, read_picture
 from chariot_support.model.base import has_explain
 from chariot_support.model.tasks import TaskType, to_dicts
 
@@ -49,9 +47,7 @@ def test_each_sample_picture_is_answered_with_what_the_model_finds_in_it(served,
 
 def test_grpc_gets_valid_results(engine, model_name, model_class, pictures):
     body = {"inputs": [picture_input(f"image-{i}", p, model_class.task_type) for i, p in enumerate(pictures)]}
-    with grpc.insecure_channel(engine.grpc_address) as channel:
-        response = GRPCInferenceServiceStub(channel).ModelInfer(grpc_request(body, model_name), timeout=120)
-    results = grpc_results(response)
+    results = grpc_infer(engine.grpc_address, body, model_name)
     for i, picture in enumerate(pictures):
         check_results(model_class.task_type, results[f"image-{i}"], f"{picture.name} over gRPC")
 

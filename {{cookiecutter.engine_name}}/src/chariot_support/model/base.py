@@ -80,5 +80,14 @@ class ChariotModel:
         raise NotImplementedError(f"{type(self).__name__}.explain is not written")
 
 
+def missing_file(exc: BaseException) -> bool:
+    """Whether `exc` says a file is missing: Python's FileNotFoundError, or ONNX Runtime's NoSuchFile (which
+    InferenceSession, and so onnx_session, raises), told by name so that onnxruntime need not be installed."""
+    kind = type(exc)
+    return isinstance(exc, FileNotFoundError) or (
+        kind.__name__ == "NoSuchFile" and kind.__module__.startswith("onnxruntime")
+    )
+
+
 def has_explain(model_class: type[ChariotModel]) -> bool:
     return model_class.explain is not ChariotModel.explain

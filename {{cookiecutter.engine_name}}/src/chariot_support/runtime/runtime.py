@@ -34,7 +34,7 @@ from chariot_support.logs import model_output
 from chariot_support.logs.model_output import capture_output
 from chariot_support.logs.request_lines import HANDLER_NAME, note_request_id
 from chariot_support.memory.budgets import MemoryBudget
-from chariot_support.model.base import ChariotModel
+from chariot_support.model.base import ChariotModel, missing_file
 from chariot_support.model.clipping import inside_image
 from chariot_support.model.image import Image
 from chariot_support.model.tasks import TaskType, select, to_json, validate_results
@@ -58,15 +58,6 @@ def import_model_class(path: str) -> type[ChariotModel]:
     if not isinstance(getattr(model_class, "task_type", None), TaskType):
         raise TypeError(f"{path}.task_type must be one of {[t.value for t in TaskType]}")
     return model_class
-
-
-def missing_file(exc: BaseException) -> bool:
-    """Whether `exc` says a file is missing: Python's FileNotFoundError, or ONNX Runtime's NoSuchFile (which
-    InferenceSession, and so onnx_session, raises), told by name so that onnxruntime need not be installed."""
-    kind = type(exc)
-    return isinstance(exc, FileNotFoundError) or (
-        kind.__name__ == "NoSuchFile" and kind.__module__.startswith("onnxruntime")
-    )
 
 
 def load_failure(model_class: type, model_dir: Path, exc: BaseException) -> str:

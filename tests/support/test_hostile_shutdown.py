@@ -11,7 +11,8 @@ import pytest
 from hostile import HERE
 from mlserver.grpc.dataplane_pb2_grpc import GRPCInferenceServiceStub
 
-from chariot_support.dev.testing import chariot_request, grpc_request, grpc_results, image_input, run_engine
+from chariot_support.dev.grpc_client import grpc_request, grpc_results
+from chariot_support.dev.testing import chariot_request, image_input, run_engine
 
 pytestmark = pytest.mark.hostile
 

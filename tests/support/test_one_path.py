@@ -13,7 +13,8 @@ import pytest
 import requests
 from mlserver.grpc.dataplane_pb2_grpc import GRPCInferenceServiceStub
 
-from chariot_support.dev.testing import chariot_request, encode_image, grpc_request, image_input
+from chariot_support.dev.grpc_client import grpc_request
+from chariot_support.dev.testing import chariot_request, encode_image, image_input
 from chariot_support.model.tasks import TaskType
 
 CONFIGURATIONS = {

@@ -5,6 +5,7 @@ requests when it says it is thread-safe, and explain when it has an explain. Thi
 
 import pytest
 
+from chariot_support.dev.grpc_client import grpc_infer
 from chariot_support.dev.model_check import (
     PROMPTS,
     ServedModel,
@@ -13,7 +14,7 @@ from chariot_support.dev.model_check import (
     picture_input,
     same_answers,
 )
-from chariot_support.dev.testing import answer, grpc_infer, read_picture
+from chariot_support.dev.testing import answer, read_picture
 from chariot_support.model.base import has_explain
 from chariot_support.model.tasks import TaskType, to_dicts
 

@@ -1,6 +1,7 @@
 """The worked examples every engine carries in examples/model.py are real code: each loads a tiny model built here
 (ONNX graphs whose answers follow from the picture, a randomly initialised BLIP) and answers what that model
-implies; one runs in a baked engine whose own suite stays green."""
+implies; one runs in a baked engine whose own suite stays green. Those that need torch (marked `torch`: the PyTorch
+and transformers examples) run in scripts/test-torch's venv."""
 
 import importlib.util
 import math
@@ -153,7 +154,7 @@ def test_segmentation_outlines_where_the_model_puts_a_class(tmp_path):
     assert answer(model, as_image(picture(64, 64, (0, 0, 255)))) == [], "nothing red, no region"
 
 
-@pytest.mark.slow
+@pytest.mark.torch
 def test_the_transformers_example_answers_each_prompt(tmp_path):
     import torch
     from transformers import BertTokenizer, BlipConfig, BlipForQuestionAnswering, BlipImageProcessor, BlipProcessor

@@ -305,7 +305,7 @@ def run_engine(
             if not engine.alive() or time.monotonic() > deadline:
                 log = engine.log()
                 raise EngineDidNotStart(f"engine {package} did not become ready; its log:\n{log[-4000:]}", log)
-            time.sleep(0.2)
+            time.sleep(0.05)  # a refused connection costs next to nothing; a start is found 0.1 s sooner on average
         yield engine
     finally:
         stop(engine)

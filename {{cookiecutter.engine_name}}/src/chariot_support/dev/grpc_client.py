@@ -23,7 +23,8 @@ def oip_messages():
     """The Open Inference Protocol's gRPC messages (MLServer's generated `mlserver.grpc.dataplane_pb2`), loaded from
     its file without importing the rest of MLServer: its server, FastAPI and pandas cost about a second of every test
     process that only talks to an engine. The module is registered under its own name, so a later import of MLServer
-    in the same process finds and uses this very module (one set of message classes)."""
+    in the same process finds and uses this very module (one set of message classes); import it by that name
+    (`from mlserver.grpc import dataplane_pb2`), as the attribute `mlserver.grpc.dataplane_pb2` is not set then."""
     name = "mlserver.grpc.dataplane_pb2"
     if name not in sys.modules:
         package = importlib.util.find_spec("mlserver")  # found, not imported

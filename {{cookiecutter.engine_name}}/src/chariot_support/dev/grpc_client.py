@@ -1,5 +1,6 @@
 """Talking to an engine over gRPC in tests, as a client would: the Open Inference Protocol's ModelInferRequest built
-from the same Chariot request a REST test sends, and the results read back; MLServer itself is never imported."""
+from the same Chariot request a REST test sends, and the results read back; of MLServer, only its generated messages
+are imported."""
 
 from __future__ import annotations
 

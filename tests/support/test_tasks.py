@@ -67,8 +67,9 @@ def test_results_serialise_to_the_protocol_dicts(result_type, example):
     assert dumped == example
     assert list(dumped) == list(example)
     assert json.loads(json.dumps(dumped)) == example
-    # The engine's own inference route writes the same JSON text straight from the results.
+    # The engine's own inference route writes the same JSON text straight from the results, fields in order.
     assert json.loads(to_json([result_type(**example)])) == [example]
+    assert to_json([result_type(**example)]) == orjson.dumps([dumped])
 
 
 LABELS = st.text(min_size=1, max_size=8, alphabet=st.sampled_from(["a", '"', "]", "[", ",", "}", "{", "\\", "é", ":"]))

@@ -339,6 +339,6 @@ def to_json(results: list[_Result]) -> bytes:
         if isinstance(r, Segmentation):
             head = orjson.dumps({"label": r.label, "score": r.score})[:-1]
             parts.append(head + b',"contour":' + Contour.json(r.contour) + b"}")  # type: ignore[arg-type]
-        else:
-            parts.append(orjson.dumps(dict(r)))
+        else:  # a result's __dict__ holds its fields, in order, and nothing else (extra fields are forbidden)
+            parts.append(orjson.dumps(r.__dict__))
     return b"[" + b",".join(parts) + b"]"

@@ -8,15 +8,21 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-# metric -> (column heading, unit, target for engine/baseline, whether higher is better)
+# metric -> (column heading, unit, target for engine/baseline against bare MLServer, whether higher is better)
 METRICS: dict[str, tuple[str, str, float | None, bool]] = {
-    "rps": ("throughput", "req/s", 0.95, True),
+    "rps": ("throughput", "req/s", 1.1, True),
     "p50_ms": ("p50", "ms", None, False),
     "p99_ms": ("p99", "ms", 1.2, False),
-    "cpu_ms": ("CPU per request", "ms", None, False),
+    "cpu_ms": ("CPU per request", "ms", 0.9, False),
     "rss_mb": ("peak RSS", "MB", None, False),
     "startup_s": ("startup", "s", None, False),
 }
+# Against bare MLServer the engine is held to more in two places. The tiny request is the engine's own overhead: it
+# serves at least twice bare MLServer's requests in every round, not only in the median. A 640x480 detect request
+# costs at most 1.10x its in-process floor (the decode and predict alone) in CPU.
+EVERY_ROUND = {"tiny REST": 2.0}
+FLOOR_TARGET = 1.10
+FLOOR_SCENARIOS = ("detect REST", "detect gRPC")
 
 
 @dataclass(frozen=True)
@@ -27,6 +33,8 @@ class Row:
     baseline: tuple[float, float, float]
     floor: float | None  # in-process CPU ms per request, for the CPU metric: the median of the rounds' floors
     floor_range: tuple[float, float] | None = None  # the least and greatest of them
+    rounds: tuple[float, ...] = ()  # engine/baseline round by round (the runs paired in the order they were made)
+    held: bool = True  # held to the targets: the baseline is bare MLServer (not an earlier engine)
 
     @property
     def ratio(self) -> float:
@@ -37,18 +45,36 @@ class Row:
         return self.engine[0] / self.floor if self.floor else None
 
     @property
+    def _every_round(self) -> float | None:
+        return EVERY_ROUND.get(self.scenario) if self.metric == "rps" else None
+
+    @property
+    def _floor_target(self) -> float | None:
+        return FLOOR_TARGET if self.metric == "cpu_ms" and self.scenario in FLOOR_SCENARIOS else None
+
+    @property
     def target(self) -> str:
-        heading, _, target, higher = METRICS[self.metric]
-        if target is None:
+        _, _, target, higher = METRICS[self.metric]
+        if target is None or not self.held:
             return ""
-        return f"{'>=' if higher else '<='} {target}"
+        text = f"{'>=' if higher else '<='} {target}"
+        if self._every_round is not None:
+            text += f", each round >= {self._every_round:g}"
+        if self._floor_target is not None:
+            text += f", floor x <= {self._floor_target:g}"
+        return text
 
     @property
     def met(self) -> bool | None:
         _, _, target, higher = METRICS[self.metric]
-        if target is None:
+        if target is None or not self.held:
             return None
-        return self.ratio >= target if higher else self.ratio <= target
+        met = self.ratio >= target if higher else self.ratio <= target
+        if self._every_round is not None:
+            met = met and bool(self.rounds) and min(self.rounds) >= self._every_round
+        if self._floor_target is not None:
+            met = met and self.floor_ratio is not None and self.floor_ratio <= self._floor_target
+        return met
 
 
 def _spread(values: list[float]) -> tuple[float, float, float]:
@@ -56,12 +82,13 @@ def _spread(values: list[float]) -> tuple[float, float, float]:
 
 
 def summarise(
-    measurements: Iterable[Mapping], floors: Mapping[str, float | Sequence[float]] | None = None
+    measurements: Iterable[Mapping], floors: Mapping[str, float | Sequence[float]] | None = None, *, held: bool = True
 ) -> list[Row]:
     """One row per scenario and metric: medians, minima and maxima over rounds for the engine and the baseline.
 
-    `measurements` are dicts with `scenario`, `server` ("engine" or "baseline") and any of the METRICS keys;
-    `floors`, each scenario's in-process floor, or the floors taken round by round.
+    `measurements` are dicts with `scenario`, `server` ("engine" or "baseline") and any of the METRICS keys, in the
+    order they were made (each round one run of each server); `floors`, each scenario's in-process floor, or the
+    floors taken round by round. `held`: the targets apply (the baseline is bare MLServer).
     """
     floors = floors or {}
     grouped: dict[tuple[str, str, str], list[float]] = {}
@@ -83,7 +110,8 @@ def summarise(
         if isinstance(floor, Sequence):
             median, low, high = _spread(list(floor))
             floor, floor_range = median, (low, high)
-        rows.append(Row(scenario, metric, _spread(engine), _spread(baseline), floor, floor_range))
+        rounds = tuple(e / b if b else float("nan") for e, b in zip(engine, baseline))
+        rows.append(Row(scenario, metric, _spread(engine), _spread(baseline), floor, floor_range, rounds, held))
     return rows
 
 
@@ -187,8 +215,11 @@ def write_chart(rows: list[Row], path: Path, title: str) -> None:
         values = [ratios.get((s, metric), 0.0) for s in scenarios]
         axes.bar(xs, values, width, label=f"{METRICS[metric][0]} (engine/baseline)")
     axes.axhline(1.0, color="black", linewidth=0.8)
-    axes.axhline(0.95, color="tab:blue", linestyle=":", linewidth=1, label="throughput target >= 0.95")
-    axes.axhline(1.2, color="tab:orange", linestyle=":", linewidth=1, label="p99 target <= 1.2")
+    if any(r.held for r in rows):
+        for metric, colour in (("rps", "tab:blue"), ("p99_ms", "tab:orange"), ("cpu_ms", "tab:green")):
+            heading, _, target, higher = METRICS[metric]
+            label = f"{heading} target {'>=' if higher else '<='} {target:g}"
+            axes.axhline(target, color=colour, linestyle=":", linewidth=1, label=label)
     axes.set_xticks(range(len(scenarios)), scenarios, rotation=15)
     axes.set_ylabel("engine / baseline (medians)")
     axes.set_title(title, fontsize=10)

@@ -467,7 +467,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"\nwhere the engine's CPU went ({path.name}, yappi CPU clock, all threads):")
             pstats.Stats(str(path)).sort_stats("tottime").print_stats(30)
         return 0
-    rows = summarise(measurements, floors)
+    rows = summarise(measurements, floors, held=earlier is None)  # the targets are against bare MLServer
     text = table(rows)
     print(f"\n{text}\n")
     args.results.mkdir(parents=True, exist_ok=True)

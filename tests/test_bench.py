@@ -129,7 +129,7 @@ def test_summary_table_and_csv(tmp_path):
     assert rows["rps"].engine == (100, 90, 120) and rows["rps"].baseline == (110, 100, 200)
     assert rows["rps"].ratio == pytest.approx(100 / 110) and rows["rps"].met is False
     assert rows["p99_ms"].ratio == pytest.approx(1.25) and rows["p99_ms"].met is False
-    assert rows["cpu_ms"].floor_ratio == pytest.approx(1.25) and rows["cpu_ms"].met is None
+    assert rows["cpu_ms"].floor_ratio == pytest.approx(1.25) and rows["cpu_ms"].met is False
     text = report.table(list(rows.values()))
     assert "| s " in text and "0.91" in text and "NO" in text and "x1.25" in text
     report.write_csv(list(rows.values()), tmp_path / "bench.csv")
@@ -137,6 +137,30 @@ def test_summary_table_and_csv(tmp_path):
         written = list(csv.DictReader(handle))
     assert [r["metric"] for r in written] == ["rps", "p99_ms", "cpu_ms"]
     assert float(written[0]["engine_median"]) == 100 and written[0]["met"] == "False"
+
+
+def _runs(scenario: str, metric: str, engine: tuple, baseline: tuple) -> list[dict]:
+    return [{"scenario": scenario, "server": "engine", metric: v} for v in engine] + [
+        {"scenario": scenario, "server": "baseline", metric: v} for v in baseline
+    ]
+
+
+def test_the_bar_holds_tiny_to_every_round_and_detect_to_its_floor():
+    """Against bare MLServer: 1.1x the requests at 0.9x the CPU; the tiny request 2x in each round, not only in the
+    median; a detect request's CPU within 1.10x of its in-process floor. Against an earlier engine, no targets."""
+    (tiny,) = report.summarise(_runs("tiny REST", "rps", (250, 210, 190), (100, 100, 100)))
+    assert tiny.ratio == pytest.approx(2.1) and tiny.rounds == pytest.approx((2.5, 2.1, 1.9)) and tiny.met is False
+    assert "each round >= 2" in tiny.target
+    (tiny,) = report.summarise(_runs("tiny REST", "rps", (250, 210, 205), (100, 100, 100)))
+    assert tiny.met is True
+    detect = _runs("detect gRPC", "cpu_ms", (4.4,), (5.0,))
+    (within,) = report.summarise(detect, {"detect gRPC": [4.0]})
+    (past,) = report.summarise(detect, {"detect gRPC": [3.9]})
+    assert within.ratio == pytest.approx(0.88) and within.met is True and past.met is False
+    (four_k,) = report.summarise(_runs("detect REST 4K", "cpu_ms", (4.4,), (5.0,)), {"detect REST 4K": [3.0]})
+    assert four_k.met is True  # the floor is shown for every scenario, and held against for detect only
+    (earlier,) = report.summarise(_runs("tiny REST", "rps", (100,), (100,)), held=False)
+    assert earlier.met is None and earlier.target == ""
 
 
 def test_the_floor_taken_round_by_round_is_held_by_its_median():

@@ -72,6 +72,30 @@ def test_load_generator_drives_the_baseline_and_the_server_is_measured(baseline,
     assert result["cpu_ms"] > 0 and result["rss_mb"] > 10
 
 
+@pytest.mark.parametrize("mode", ["aio", "sync"])
+def test_the_minimal_grpc_servers_answer_with_what_the_demo_model_finds(tmp_path, mode):
+    """grpc_floor.py's servers of the work alone answer the detect call as the engine would."""
+    import grpc_floor
+
+    from chariot_support.dev.grpc_client import grpc_infer
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "detection").symlink_to(SUPPORT_SRC)
+    pixels = np.zeros((120, 160, 3), np.uint8)
+    pixels[10:40, 20:70] = (0, 255, 0)
+    body = chariot_request({"name": "image-0", "shape": [1], "datatype": "BYTES", "data": [encode_image(pixels)]})
+    server = grpc_floor.Minimal(mode, src, tmp_path)
+    try:
+        results = grpc_infer(f"127.0.0.1:{server.grpc}", body, "m-demo")
+    finally:
+        server.stop()
+    assert server.process.returncode is not None
+    assert [(r["label"], r["xmin"], r["ymin"], r["xmax"], r["ymax"]) for r in results["image-0"]] == [
+        ("green", 20, 10, 70, 40)
+    ]
+
+
 def test_the_binary_body_carries_the_files_the_json_body_carries_in_base64():
     scenario = run.Scenario("t", "detection", "rest", ("tiny", "vga"), 1, binary=True)
     content, head = run.binary_body_of(scenario)

@@ -96,7 +96,9 @@ def main(argv: list[str] | None = None) -> int:
     rps = {kind: statistics.median(r["rps"] for r in runs) for kind, runs in results.items()}
     cpu = {kind: statistics.median(r["cpu_ms"] for r in runs) for kind, runs in results.items()}
     floor = statistics.median(floors)
-    print(f"\nin-process floor (decode and find, one thread): {floor:.2f} ms/call [{min(floors):.2f}-{max(floors):.2f}]")
+    print(
+        f"\nin-process floor (decode and find, one thread): {floor:.2f} ms/call [{min(floors):.2f}-{max(floors):.2f}]"
+    )
     print(f"{'server':14} {'calls/s':>8} {'x bare':>7} {'CPU ms':>7} {'x bare':>7} {'x floor':>7}")
     for kind in results:
         name = "bare MLServer" if kind == "baseline" else kind

@@ -110,7 +110,7 @@ def summarise(
         if isinstance(floor, Sequence):
             median, low, high = _spread(list(floor))
             floor, floor_range = median, (low, high)
-        rounds = tuple(e / b if b else float("nan") for e, b in zip(engine, baseline))
+        rounds = tuple(e / b if b else float("nan") for e, b in zip(engine, baseline, strict=False))
         rows.append(Row(scenario, metric, _spread(engine), _spread(baseline), floor, floor_range, rounds, held))
     return rows
 

@@ -233,3 +233,69 @@ def test_a_method_not_allowed_is_logged_with_the_request_id(served):
     refused = requests.get(f"{engine.url}/v2/models/m-demo/infer", headers={"X-Request-ID": "get-405"}, timeout=10)
     assert refused.status_code == 405
     engine.wait_for_log('"request_id": "get-405"')  # the 405 is logged with the request's id
+
+
+def test_each_image_is_read_from_its_base64_once_whatever_the_protocol(released_metrics, monkeypatch, scene):
+    """Three images per request, counted through the base64 decoder every reader uses: three decodes for each JSON
+    form (V2, Chariot's KServe-style root body, its JSON and JSONL lines, TF Serving's V1 predict and classify), none
+    for a file sent as it is."""
+    import asyncio
+    import binascii
+
+    from chariot_support.after_answer import afterwards
+    from chariot_support.model.demo import DEMO_MODELS
+    from chariot_support.server.server import build_server
+    from chariot_support.settings import EngineSettings
+
+    b64 = encode_image(scene.pixels)
+    line = json.dumps({"input": b64})
+    forms = {
+        "v2": (
+            "/v2/models/m-demo/infer",
+            json.dumps(chariot_request(*(image_input(f"i{n}", scene.pixels) for n in range(3)))),
+        ),
+        "root-kserve": ("/infer", json.dumps(chariot_request(*(image_input(f"i{n}", scene.pixels) for n in range(3))))),
+        "root-jsonl": ("/infer", "\n".join([line] * 3)),
+        "v1-predict": ("/v1/models/m-demo:predict", json.dumps({"instances": [{"b64": b64}] * 3})),
+        "v1-classify": ("/v1/models/m-demo:classify", json.dumps({"examples": [{"image": {"b64": b64}}] * 3})),
+    }
+    content_types = {"root-jsonl": b"application/jsonl"}
+    decodes = []
+    real = binascii.a2b_base64
+    monkeypatch.setattr(binascii, "a2b_base64", lambda *a, **k: decodes.append(1) or real(*a, **k))
+
+    async def call(app, path: str, body: bytes, content_type: bytes) -> int:
+        sent = []
+
+        async def receive():
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        async def send(message):
+            sent.append(message)
+
+        headers = [(b"content-type", content_type), (b"content-length", b"%d" % len(body))]
+        scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http"}
+        scope |= {"path": path, "raw_path": path.encode(), "root_path": "", "query_string": b"", "headers": headers}
+        await app({**scope, "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 80), "state": {}}, receive, send)
+        return sent[0]["status"]
+
+    async def count() -> dict:
+        server = build_server(DEMO_MODELS[TaskType.IMAGE_CLASSIFICATION], "demo", EngineSettings())
+        await server._model_registry.load(server.model)
+        app = server._rest_server._app
+        counted = {}
+        try:
+            for kind, (path, body) in forms.items():
+                decodes.clear()
+                status = await call(app, path, body.encode(), content_types.get(kind, b"application/json"))
+                counted[kind] = (status, len(decodes))
+            decodes.clear()
+            status = await call(app, "/infer", base64.b64decode(b64), b"image/png")
+            counted["root-file"] = (status, len(decodes) - 1)  # less the test's own decode above
+        finally:
+            await server._model_registry.unload(server.model.name)
+            afterwards.flush()  # the requests' log lines, written while this test's output is captured
+        return counted
+
+    counted = asyncio.run(count())
+    assert counted == {**{kind: (200, 3) for kind in forms}, "root-file": (200, 0)}

@@ -57,7 +57,11 @@ class Minimal:
     def stop(self) -> None:
         if self.process.poll() is None:
             self.process.terminate()
-            self.process.wait(20)
+            try:
+                self.process.wait(20)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(20)
         self.log.close()
 
 
@@ -74,12 +78,17 @@ def main(argv: list[str] | None = None) -> int:
     body = out / "body-detect-gRPC.json"
     body.write_text(json.dumps(run.body_of(scenario)))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(run.PEER_SERVERS), str(src / "detection")])}
-    servers = []
+    servers: list = []
     results: dict[str, list[dict]] = {}
     floors = []
     try:
-        servers = [run.Server("engine", "detection", src, out), run.Server("baseline", "detection", src, out)]
-        servers += [Minimal("aio", src, out), Minimal("sync", src, out)]
+        for start in (
+            lambda: run.Server("engine", "detection", src, out),
+            lambda: run.Server("baseline", "detection", src, out),
+            lambda: Minimal("aio", src, out),
+            lambda: Minimal("sync", src, out),
+        ):
+            servers.append(start())  # one at a time: those started are stopped below if a later one fails
         for round_ in range(args.rounds):
             floors.append(run.floor_of(scenario, body, 1.0, env))
             for server in servers if round_ % 2 == 0 else servers[::-1]:

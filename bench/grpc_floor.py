@@ -23,8 +23,8 @@ import run
 BENCH = Path(__file__).resolve().parent
 
 
-class Minimal:
-    """A minimal gRPC server of the demo's work (grpc_minimal.py), with what run.measure reads of a server."""
+class Minimal(run.Server):
+    """A minimal gRPC server of the demo's work (grpc_minimal.py), measured and stopped as the bench's servers are."""
 
     def __init__(self, mode: str, src: Path, log_dir: Path, threads: int = 2):
         self.kind = f"minimal {mode}"
@@ -41,28 +41,6 @@ class Minimal:
         if self.process.stdout.readline().strip() != "ready":
             self.stop()
             raise RuntimeError(f"{self.kind} did not start; see {self.log.name}")
-
-    def pids(self) -> list[int]:
-        return [self.process.pid]
-
-    def cpu_seconds(self) -> float:
-        return run.cpu_seconds(self.pids())
-
-    def reset_peak_rss(self) -> None:
-        run.reset_peak_rss(self.pids())
-
-    def peak_rss_mb(self) -> float:
-        return run.peak_rss_mb(self.pids())
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(20)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(20)
-        self.log.close()
 
 
 def main(argv: list[str] | None = None) -> int:

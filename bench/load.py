@@ -1,6 +1,10 @@
 """The load generator, run as its own process so its CPU is not the servers': `concurrency` clients on one
 asyncio loop send the same prepared request until `count` requests are done or `duration` seconds pass, and the
-latencies are printed as JSON."""
+latencies are printed as JSON.
+
+With `--warmup`, it warms the server up, prints "warm", and then measures once for each line read on stdin ("go", or
+"go N" for N requests), printing each run's JSON on a line of its own, until stdin closes: its connections stay open
+between runs, so that runs of it can take turns with another server's."""
 
 from __future__ import annotations
 
@@ -32,13 +36,24 @@ def grpc_request(body: dict, model: str) -> bytes:
     return pb.ModelInferRequest(model_name=model, inputs=inputs).SerializeToString()
 
 
-async def _drive(send, concurrency: int, count: int, duration: float, warmup: int) -> dict:
-    if warmup:
-        for _ in range(0, warmup, concurrency):
-            await asyncio.gather(*(send() for _ in range(concurrency)))
-        # Tell the caller the server is warm, and wait until it has read the server's counters.
-        print("warm", flush=True)
-        await asyncio.to_thread(sys.stdin.readline)
+async def _drive(send, concurrency: int, count: int, duration: float, warmup: int) -> None:
+    """One measured run printed; with `warmup`, the server warmed up first and then one run per line on stdin."""
+    if not warmup:
+        _print(await _run(send, concurrency, count, duration))
+        return
+    for _ in range(0, warmup, concurrency):
+        await asyncio.gather(*(send() for _ in range(concurrency)))
+    # Tell the caller the server is warm; each line it sends once it has read the server's counters starts a run.
+    print("warm", flush=True)
+    while line := (await asyncio.to_thread(sys.stdin.readline)).split():
+        _print(await _run(send, concurrency, int(line[1]) if len(line) > 1 else count, duration))
+
+
+def _print(result: dict) -> None:
+    print(json.dumps(result), flush=True)
+
+
+async def _run(send, concurrency: int, count: int, duration: float) -> dict:
     cpu = time.process_time()
     latencies: list[float] = []
     errors: list[str] = []
@@ -65,7 +80,7 @@ async def _drive(send, concurrency: int, count: int, duration: float, warmup: in
 
 async def rest(
     url: str, body: bytes, concurrency: int, count: int, duration: float, warmup: int, head: int | None = None
-) -> dict:
+) -> None:
     """REST load; with `head`, the body is in the binary tensor data extension, its first `head` bytes JSON."""
     headers = {"Content-Type": "application/json"}
     if head is not None:
@@ -79,10 +94,10 @@ async def rest(
                 if response.status != 200:
                     raise RuntimeError(f"HTTP {response.status}: {answer[:200]!r}")
 
-        return await _drive(send, concurrency, count, duration, warmup)
+        await _drive(send, concurrency, count, duration, warmup)
 
 
-async def grpc_load(address: str, message: bytes, concurrency: int, count: int, duration: float, warmup: int) -> dict:
+async def grpc_load(address: str, message: bytes, concurrency: int, count: int, duration: float, warmup: int) -> None:
     options = [("grpc.max_send_message_length", 1 << 28), ("grpc.max_receive_message_length", 1 << 28)]
     async with grpc.aio.insecure_channel(address, options=options) as channel:
         # Pre-serialised request, raw reply: the client spends no time in protobuf.
@@ -91,7 +106,7 @@ async def grpc_load(address: str, message: bytes, concurrency: int, count: int, 
         async def send() -> None:
             await call(message, timeout=120)
 
-        return await _drive(send, concurrency, count, duration, warmup)
+        await _drive(send, concurrency, count, duration, warmup)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -112,18 +127,15 @@ def main(argv: list[str] | None = None) -> None:
         "--warmup",
         type=int,
         default=0,
-        help="requests before measuring; then print 'warm' and wait for a line on stdin",
+        help="requests before measuring; then print 'warm' and measure once per line on stdin ('go', or 'go N')",
     )
     args = parser.parse_args(argv)
     body = args.body.read_bytes()
     if args.protocol == "rest":
-        result = asyncio.run(
-            rest(args.target, body, args.concurrency, args.count, args.duration, args.warmup, args.binary_head)
-        )
+        asyncio.run(rest(args.target, body, args.concurrency, args.count, args.duration, args.warmup, args.binary_head))
     else:
         message = grpc_request(json.loads(body), args.model)
-        result = asyncio.run(grpc_load(args.target, message, args.concurrency, args.count, args.duration, args.warmup))
-    json.dump(result, sys.stdout)
+        asyncio.run(grpc_load(args.target, message, args.concurrency, args.count, args.duration, args.warmup))
 
 
 if __name__ == "__main__":

@@ -67,8 +67,8 @@ class Scenario:
 
 SCENARIOS = (
     # A 32x24 image costs next to nothing to decode and predict: what is left is each server's own overhead. Counts
-    # are set so that each run lasts two seconds or more here: in a shorter one a passing spike of other work weighs
-    # too much.
+    # are set so that each server's share lasts two seconds or more here (in SLICES turns): in a shorter one a
+    # passing spike of other work weighs too much.
     Scenario("tiny REST", "detection", "rest", ("tiny",), 6000),
     Scenario("detect REST", "detection", "rest", ("vga",), 1200),
     Scenario("detect gRPC", "detection", "grpc", ("vga",), 1200),
@@ -197,7 +197,100 @@ class Server:
         self.log.close()
 
 
-# --- one measured run ----------------------------------------------------------------------------------------
+# --- measured runs ----------------------------------------------------------------------------------------
+
+# Each server's share of a scenario's requests is sent in this many slices, the servers taking turns (engine,
+# baseline, baseline, engine, ...): this machine's speed moves from one second to the next, and a slow spell then
+# falls on both. Six rounds of detect gRPC, the ratios' spread between rounds (standard deviation), whole runs
+# against four slices each: throughput 0.071 against 0.046, CPU per request 0.052 against 0.027.
+SLICES = 4
+
+
+class Load:
+    """A load generator (load.py, its own process) for one server and scenario: it warms the server up once, then
+    measures a run of `count` requests each time it is asked, its connections kept open between runs."""
+
+    def __init__(self, server: Server, scenario: Scenario, body_path: Path, duration: float, head: int | None = None):
+        self.server, self.scenario, self.duration = server, scenario, duration
+        target = server.infer_url if scenario.protocol == "rest" else f"127.0.0.1:{server.grpc}"
+        command = [
+            sys.executable,
+            str(BENCH / "load.py"),
+            "--protocol",
+            scenario.protocol,
+            "--target",
+            target,
+            "--body",
+            str(body_path),
+            "--count",
+            "1",
+            "--duration",
+            str(duration),
+            "--warmup",
+            "16",
+            *(["--binary-head", str(head)] if head is not None else []),
+        ]
+        self.client = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        if self.client.stdout.readline().strip() != "warm":
+            self.close()
+            raise RuntimeError(f"the load generator failed to warm up {server.kind} for {scenario.name}")
+
+    def run(self, count: int, machine_load: bool = False) -> dict:
+        """One run: the load generator's result, with the server's CPU seconds and peak RSS over it. With
+        `machine_load`, also how busy the machine was with anything but the server and the load generator
+        (`chariot_support/dev/tune/machine.py`)."""
+        server, client = self.server, self.client
+        server.reset_peak_rss()
+        cpu = server.cpu_seconds()
+        probe = LoadProbe(lambda: [*server.pids(), client.pid]) if machine_load else None
+        if probe:
+            probe.start()
+        client.stdin.write(f"go {count}\n")
+        client.stdin.flush()
+        line = client.stdout.readline()
+        cpu = server.cpu_seconds() - cpu
+        if not line:
+            self.close()
+            raise RuntimeError(f"the load generator for {server.kind} stopped during {self.scenario.name}")
+        result = json.loads(line)
+        if result["errors"]:
+            raise RuntimeError(
+                f"{server.kind} failed {len(result['errors'])} requests in {self.scenario.name}: {result['errors'][:3]}"
+            )
+        machine = probe.stop(cpu + result["client_cpu"]) if probe else {}
+        return {**result, "server_cpu": cpu, "rss_mb": server.peak_rss_mb(), **machine}
+
+    def close(self) -> None:
+        if self.client.poll() is None:
+            self.client.stdin.close()  # the load generator leaves when its stdin closes
+            try:
+                self.client.wait(30)
+            except subprocess.TimeoutExpired:
+                self.client.kill()
+                self.client.wait()
+
+
+def summary(kind: str, scenario: Scenario, runs: list[dict]) -> dict:
+    """One server's measurement of a scenario from its runs (slices): throughput over their summed time, latency
+    percentiles over all their requests, CPU per request over all of them, the highest peak RSS; the machine's
+    load, when measured, over the time-weighted runs."""
+    latencies = sorted(t for r in runs for t in r["latencies"])
+    done, elapsed = len(latencies), sum(r["elapsed"] for r in runs)
+    result = {
+        "scenario": scenario.name,
+        "server": kind,
+        "requests": done,
+        "rps": done / elapsed,
+        "p50_ms": statistics.median(latencies) * 1000,
+        "p99_ms": latencies[min(done - 1, int(round(0.99 * done)) - 1)] * 1000,
+        "cpu_ms": sum(r["server_cpu"] for r in runs) * 1000 / done,
+        "rss_mb": max(r["rss_mb"] for r in runs),
+        "client_cpu_share": sum(r["client_cpu"] for r in runs) / elapsed,
+    }
+    for key in ("others_cpus", "others_cpus_run", "load_1m"):
+        if all(key in r for r in runs):
+            result[key] = sum(r[key] * r["elapsed"] for r in runs) / elapsed
+    return result
 
 
 def measure(
@@ -209,60 +302,47 @@ def measure(
     head: int | None = None,
     machine_load: bool = False,
 ) -> dict:
-    """One run of the load on `server`; `head`, the length of the body's JSON when it is in the binary tensor data
-    extension. With `machine_load`, the result also says how busy the machine was with anything but the server and
-    the load generator while the run lasted (`chariot_support/dev/tune/machine.py`)."""
-    target = server.infer_url if scenario.protocol == "rest" else f"127.0.0.1:{server.grpc}"
-    command = [
-        sys.executable,
-        str(BENCH / "load.py"),
-        "--protocol",
-        scenario.protocol,
-        "--target",
-        target,
-        "--body",
-        str(body_path),
-        "--count",
-        str(count),
-        "--duration",
-        str(duration),
-        "--warmup",
-        "16",
-        *(["--binary-head", str(head)] if head is not None else []),
-    ]
-    client = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    if client.stdout.readline().strip() != "warm":
-        client.kill()
-        raise RuntimeError(f"the load generator failed to warm up {server.kind} for {scenario.name}")
-    server.reset_peak_rss()
-    cpu = server.cpu_seconds()
-    probe = LoadProbe(lambda: [*server.pids(), client.pid]) if machine_load else None
-    if probe:
-        probe.start()
-    client.stdin.write("go\n")
-    client.stdin.flush()
-    out, _ = client.communicate(timeout=duration + 120)
-    cpu = server.cpu_seconds() - cpu
-    result = json.loads(out)
-    load = probe.stop(cpu + result["client_cpu"]) if probe else {}
-    if result["errors"] or client.returncode:
-        raise RuntimeError(
-            f"{server.kind} failed {len(result['errors'])} requests in {scenario.name}: {result['errors'][:3]}"
-        )
-    latencies = sorted(result["latencies"])
-    done = len(latencies)
-    return {
-        "scenario": scenario.name,
-        "server": server.kind,
-        "requests": done,
-        "rps": done / result["elapsed"],
-        "p50_ms": statistics.median(latencies) * 1000,
-        "p99_ms": latencies[min(done - 1, int(round(0.99 * done)) - 1)] * 1000,
-        "cpu_ms": cpu * 1000 / done,
-        "rss_mb": server.peak_rss_mb(),
-        "client_cpu_share": result["client_cpu"] / result["elapsed"],
-        **load,
-    }
+    """One run of `count` requests on `server`; `head`, the length of the body's JSON when it is in the binary tensor
+    data extension. With `machine_load`, the result also says how busy the machine was with anything but the server
+    and the load generator while the run lasted."""
+    load = Load(server, scenario, body_path, duration, head)
+    try:
+        return summary(server.kind, scenario, [load.run(count, machine_load)])
+    finally:
+        load.close()
+
+
+def turns(kinds: tuple[str, ...], slices: int) -> list[str]:
+    """The order in which servers take their slices: forwards, then backwards, and again (A B B A A B ...), so that
+    a steady drift in the machine's speed falls on each alike."""
+    order = [*kinds, *kinds[::-1]] * ((slices + 1) // 2)
+    return order[: len(kinds) * slices]
+
+
+def side_by_side(
+    servers: Mapping[str, Server],
+    scenario: Scenario,
+    bodies: Mapping[str, tuple[Path, int | None]],
+    count: int,
+    duration: float,
+    slices: int = SLICES,
+) -> dict[str, dict]:
+    """`count` requests of `scenario` on each server in `servers` (in their order), in `slices` turns each, all within
+    about `duration` seconds a server: one measurement per server. `bodies` gives each server's body and, for the binary tensor data extension, the length
+    of its JSON."""
+    share = max(1, count // slices)
+    loads: dict[str, Load] = {}
+    try:
+        for kind, server in servers.items():
+            body, head = bodies[kind]
+            loads[kind] = Load(server, scenario, body, duration / slices, head)  # `duration` caps all its slices
+        runs: dict[str, list[dict]] = {kind: [] for kind in servers}
+        for kind in turns(tuple(servers), slices):
+            runs[kind].append(loads[kind].run(share))
+    finally:
+        for load in loads.values():
+            load.close()
+    return {kind: summary(kind, scenario, runs[kind]) for kind in servers}
 
 
 def floor_of(scenario: Scenario, body: Path, share: float, env: Mapping[str, str]) -> float:
@@ -413,19 +493,14 @@ def main(argv: list[str] | None = None) -> int:
     measurements = []
     started = time.perf_counter()
     for round_ in range(rounds):
-        # Both servers stay up side by side and take turns, scenario by scenario, with the first turn
-        # alternating: drift in the machine's load then falls on both alike.
+        # Both servers stay up side by side and take turns, scenario by scenario, each scenario's requests in
+        # slices (side_by_side), with the first turn alternating: drift in the machine's load then falls on both
+        # alike.
         kinds = ("engine", "baseline") if round_ % 2 == 0 else ("baseline", "engine")
         for task in TASKS:
             task_scenarios = [s for s in scenarios if s.task == task]
             if not task_scenarios:
                 continue
-            # The floor is taken in every round too, just before the servers start: the machine's drift falls on
-            # it as on them, and the engine is held to the median of floors taken beside it.
-            for scenario in task_scenarios:
-                floor = floor_of(scenario, bodies[scenario.name], share, floor_env)
-                floors.setdefault(scenario.name, []).append(floor)
-                print(f"round {round_ + 1}/{rounds} floor    {scenario.name:22} CPU {floor:6.2f} ms/req", flush=True)
             servers = {}
             try:
                 for kind in kinds:
@@ -435,18 +510,28 @@ def main(argv: list[str] | None = None) -> int:
                         {"scenario": f"startup ({task})", "server": kind, "startup_s": servers[kind].startup}
                     )
                 for index, scenario in enumerate(task_scenarios):
-                    for kind in kinds if index % 2 == 0 else kinds[::-1]:
-                        body, head = bodies[scenario.name], None
-                        if kind == "engine" and scenario.binary:
-                            body, head = binary_bodies[scenario.name]
-                        result = measure(
-                            servers[kind],
-                            scenario,
-                            body,
-                            max(16, int(scenario.count * share)),
-                            duration,
-                            head,
-                        )
+                    order = kinds if index % 2 == 0 else kinds[::-1]
+                    sent = {kind: (bodies[scenario.name], None) for kind in order}
+                    if scenario.binary:
+                        sent["engine"] = binary_bodies[scenario.name]
+                    # The floor is taken in every round too, just before the servers' turns and just after (the
+                    # servers idle meanwhile): the machine's drift falls on it as on them, and the engine is held
+                    # to the median over the rounds of the floor taken beside it.
+                    before = floor_of(scenario, bodies[scenario.name], share, floor_env)
+                    results = side_by_side(
+                        {kind: servers[kind] for kind in order},
+                        scenario,
+                        sent,
+                        max(16, int(scenario.count * share)),
+                        duration,
+                        2 if args.quick else SLICES,
+                    )
+                    floor = (before + floor_of(scenario, bodies[scenario.name], share, floor_env)) / 2
+                    floors.setdefault(scenario.name, []).append(floor)
+                    print(
+                        f"round {round_ + 1}/{rounds} floor    {scenario.name:22} CPU {floor:6.2f} ms/req", flush=True
+                    )
+                    for kind, result in results.items():
                         measurements.append(result)
                         print(
                             f"round {round_ + 1}/{rounds} {kind:8} {scenario.name:22} {result['rps']:7.1f} req/s "

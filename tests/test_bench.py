@@ -66,10 +66,30 @@ def test_load_generator_drives_the_baseline_and_the_server_is_measured(baseline,
     scenario = run.Scenario("t", "detection", protocol, ("vga",), 40)
     body = tmp_path / "body.json"
     body.write_text(json.dumps(run.body_of(scenario)))
-    result = run.measure(baseline, scenario, body, count=40, duration=60)
-    assert result["requests"] == 40 and result["rps"] > 0
-    assert 0 < result["p50_ms"] <= result["p99_ms"]
-    assert result["cpu_ms"] > 0 and result["rss_mb"] > 10
+    # In two slices: one load generator, warmed once, measures a run each time it is asked.
+    result = run.side_by_side({"baseline": baseline}, scenario, {"baseline": (body, None)}, 40, 60, slices=2)
+    assert result["baseline"]["requests"] == 40 and result["baseline"]["rps"] > 0
+    assert 0 < result["baseline"]["p50_ms"] <= result["baseline"]["p99_ms"]
+    assert result["baseline"]["cpu_ms"] > 0 and result["baseline"]["rss_mb"] > 10
+
+
+def test_servers_take_their_slices_in_turns_forwards_then_backwards():
+    assert run.turns(("engine", "baseline"), 4) == ["engine", "baseline", "baseline", "engine"] * 2
+    three = run.turns(("a", "b", "c"), 3)
+    assert three == ["a", "b", "c", "c", "b", "a", "a", "b", "c"]
+
+
+def test_a_servers_slices_add_up_to_one_measurement():
+    scenario = run.Scenario("s", "detection", "rest", ("vga",), 4)
+    slices = [
+        {"elapsed": 1.0, "latencies": [0.01, 0.02], "server_cpu": 0.010, "rss_mb": 200, "client_cpu": 0.5},
+        {"elapsed": 3.0, "latencies": [0.03, 0.04, 0.05, 0.06], "server_cpu": 0.050, "rss_mb": 180, "client_cpu": 1.5},
+    ]
+    result = run.summary("engine", scenario, slices)
+    assert result["requests"] == 6 and result["rps"] == pytest.approx(6 / 4.0)  # over the slices' summed time
+    assert result["cpu_ms"] == pytest.approx(10.0)  # 60 ms of CPU over 6 requests, not the mean of 5 and 12.5
+    assert result["p50_ms"] == pytest.approx(35.0) and result["p99_ms"] == pytest.approx(60.0)
+    assert result["rss_mb"] == 200 and result["client_cpu_share"] == pytest.approx(0.5)
 
 
 @pytest.mark.parametrize("mode", ["aio", "sync"])
@@ -141,7 +161,7 @@ def test_load_generator_counts_failures():
     async def send():
         raise RuntimeError("refused")
 
-    result = asyncio.run(load._drive(send, concurrency=2, count=5, duration=10, warmup=0))
+    result = asyncio.run(load._run(send, concurrency=2, count=5, duration=10))
     assert result["latencies"] == [] and len(result["errors"]) == 5
 
 

@@ -328,8 +328,8 @@ def side_by_side(
     slices: int = SLICES,
 ) -> dict[str, dict]:
     """`count` requests of `scenario` on each server in `servers` (in their order), in `slices` turns each, all within
-    about `duration` seconds a server: one measurement per server. `bodies` gives each server's body and, for the binary tensor data extension, the length
-    of its JSON."""
+    about `duration` seconds a server: one measurement per server. `bodies` gives each server's body and, for the
+    binary tensor data extension, the length of its JSON."""
     share = max(1, count // slices)
     loads: dict[str, Load] = {}
     try:

@@ -48,6 +48,44 @@ def grpc_error(call) -> grpc.RpcError:
     return caught.value
 
 
+def grpc_metric(engine, name: str, method: str, code: str | None = None) -> float:
+    import re
+
+    labels = f'grpc_method="{method}",grpc_service="inference.GRPCInferenceService",grpc_type="UNARY"'
+    if code is not None:
+        labels = f'grpc_code="{code}",{labels}'
+    text = requests.get(f"http://127.0.0.1:{engine.metrics_port}/metrics", timeout=5).text
+    found = re.search(rf"^{name}\{{{re.escape(labels)}\}} (\S+)$", text, re.M)
+    return float(found.group(1)) if found else 0.0
+
+
+def test_grpc_calls_count_in_mlservers_grpc_metrics_failed_ones_with_their_status(demo_engine):
+    """Dashboards built on MLServer's gRPC metrics (py-grpc-prometheus's names) see every call: started, handled by
+    status code (a call answered with an error too), and how long it took."""
+    engine, model_name = demo_engine(TaskType.OBJECT_DETECTION), "m-demo"
+    with grpc.insecure_channel(engine.grpc_address) as channel:
+        stub = GRPCInferenceServiceStub(channel)
+        names = {
+            "started": ("grpc_server_started_total", None),
+            "ok": ("grpc_server_handled_total", "OK"),
+            "bad": ("grpc_server_handled_total", "INVALID_ARGUMENT"),
+            "timed": ("grpc_server_handling_seconds_count", None),
+        }
+        before = {key: grpc_metric(engine, name, "ModelInfer", code) for key, (name, code) in names.items()}
+        live = grpc_metric(engine, "grpc_server_handled_total", "ServerLive", "OK")
+        body = chariot_request(image_input("image-0", np.zeros((16, 16, 3), np.uint8)))
+        for _ in range(2):
+            stub.ModelInfer(grpc_request(body, model_name), timeout=30)
+        bad = grpc_request(
+            chariot_request({"name": "image-0", "shape": [1], "datatype": "BYTES", "data": ["nope"]}), model_name
+        )
+        assert grpc_error(lambda: stub.ModelInfer(bad, timeout=30)).code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert stub.ServerLive(pb.ServerLiveRequest()).live
+        after = {key: grpc_metric(engine, name, "ModelInfer", code) for key, (name, code) in names.items()}
+        assert {key: after[key] - before[key] for key in names} == {"started": 3, "ok": 2, "bad": 1, "timed": 3}
+        assert grpc_metric(engine, "grpc_server_handled_total", "ServerLive", "OK") == live + 1
+
+
 def test_health_and_metadata_over_grpc(stub, model_name):
     assert stub.ServerLive(pb.ServerLiveRequest()).live
     assert stub.ServerReady(pb.ServerReadyRequest()).ready

@@ -621,6 +621,51 @@ def test_the_grpc_server_keeps_mlservers_interceptors_tracing_included(monkeypat
     assert type(server._grpc_server._inference_servicer).__name__ == "ChariotInferenceServicer"
 
 
+def test_mlservers_grpc_metrics_are_where_the_engines_interceptor_counts_unary_calls(released_metrics, monkeypatch):
+    """MLServer keeps gRPC metrics with py-grpc-prometheus's interceptor; the engine's own interceptor counts unary
+    calls in its counters (seams/metrics.py's GRPCMetrics), and MLServer's is left streaming calls only."""
+    from grpc import aio
+    from mlserver.grpc.interceptors import PromServerInterceptor
+    from prometheus_client import REGISTRY
+
+    from chariot_support.model.demo import DEMO_MODELS
+    from chariot_support.seams.metrics import StreamingCallsOnly
+    from chariot_support.server.server import build_server
+    from chariot_support.settings import EngineSettings
+
+    given, real = [], aio.server
+    monkeypatch.setattr(aio, "server", lambda *args, interceptors=(), **kwargs: given.extend(interceptors) or real())
+
+    async def build():  # MLServer's constructor sets signal handlers on the running loop
+        built = build_server(DEMO_MODELS[next(iter(DEMO_MODELS))], "x", EngineSettings())
+        built._grpc_server._create_server()
+        return built
+
+    server = asyncio.run(build())
+    mlservers = [i for i in server._grpc_server._interceptors if isinstance(i, PromServerInterceptor)]
+    holds(len(mlservers) == 1, "MLServer's gRPC server no longer keeps its metrics with PromServerInterceptor")
+    counters = mlservers[0]._interceptor
+    holds(
+        {"grpc_server_started_counter", "grpc_server_handled_histogram"} <= set(counters._metrics)
+        and counters._grpc_server_handled_total_counter is not None,
+        "py-grpc-prometheus's interceptor no longer holds its counters as _metrics and"
+        " _grpc_server_handled_total_counter",
+    )
+    limits = server._grpc_server.limits
+    limits._metrics.started("inference.GRPCInferenceService", "ModelInfer")
+    limits._metrics.finished("inference.GRPCInferenceService", "ModelInfer", "NOT_FOUND", 0.25)
+    afterwards.flush()  # counted after the answer (after_answer.py)
+    labels = {"grpc_type": "UNARY", "grpc_service": "inference.GRPCInferenceService", "grpc_method": "ModelInfer"}
+    holds(
+        REGISTRY.get_sample_value("grpc_server_started_total", labels) == 1.0
+        and REGISTRY.get_sample_value("grpc_server_handled_total", {**labels, "grpc_code": "NOT_FOUND"}) == 1.0
+        and REGISTRY.get_sample_value("grpc_server_handling_seconds_sum", labels) == 0.25,
+        "py-grpc-prometheus's counters no longer take (grpc_type, grpc_service, grpc_method[, grpc_code])",
+    )
+    assert given[0] is limits and any(isinstance(i, StreamingCallsOnly) for i in given), given
+    assert not any(isinstance(i, PromServerInterceptor) for i in given), "unary calls would be counted twice"
+
+
 def test_the_grpc_server_is_built_by_the_aio_name_the_engine_swaps(released_metrics, monkeypatch):
     """The engine's gRPC limits reach gRPC only if MLServer builds its server with its module's `aio.server(...)`,
     passing interceptors= and options=."""
@@ -903,6 +948,7 @@ _SERVED = (test_served_inference_does_what_mlservers_data_plane_does_around_an_i
 _ENGINE = (test_the_engine_server_builds_and_starts_mlservers_servers_from_its_parts,)
 _GRPC = (*_ENGINE, test_the_grpc_server_keeps_mlservers_interceptors_tracing_included)
 _GRPC_AIO = (test_the_grpc_server_is_built_by_the_aio_name_the_engine_swaps,)
+_GRPC_METRICS = (test_mlservers_grpc_metrics_are_where_the_engines_interceptor_counts_unary_calls,)
 _CONVERTERS = (test_mlservers_grpc_converters_carry_requests_and_answers_both_ways,)
 _METADATA = (test_mlservers_grpc_metadata_helpers_turn_metadata_into_headers_and_back,)
 CANARIES = {
@@ -972,4 +1018,9 @@ CANARIES = {
     "aio": _GRPC_AIO,
     "mlserver.grpc.server.GRPCServer": _GRPC,
     "mlserver.grpc.servicers.InferenceServicer": _GRPC,
+    # MLServer's gRPC metrics, counted by the engine's interceptor for unary calls (seams/metrics.py)
+    "mlserver.grpc.interceptors.PromServerInterceptor": _GRPC_METRICS,
+    "_interceptor": _GRPC_METRICS,
+    "_metrics": _GRPC_METRICS,
+    "_grpc_server_handled_total_counter": _GRPC_METRICS,
 }

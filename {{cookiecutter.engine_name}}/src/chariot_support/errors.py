@@ -3,6 +3,8 @@
 They are the engine's own: the transports turn them into `{"error": ...}` bodies (error_bodies.py) and gRPC status
 codes (grpc/service.py), and `seams.mlserver.unwrap_worker_error` brings them back whole from a parallel worker."""
 
+import signal
+
 
 class ChariotError(Exception):
     """Base of the engine's own errors; the message is the whole `{"error": ...}` body."""
@@ -64,6 +66,16 @@ class WorkersDown(ChariotError):
     """No parallel worker can take a request right now (503)."""
 
     status_code_default = 503
+
+
+def signal_name(exit_code: int) -> str:
+    """How a parallel worker's process ended, as its exit code says: "killed by SIGKILL", "exit code 1"."""
+    if exit_code < 0:
+        try:
+            return f"killed by {signal.Signals(-exit_code).name}"
+        except ValueError:
+            return f"killed by signal {-exit_code}"
+    return f"exit code {exit_code}"
 
 
 class NotImplementedByModel(ChariotError):

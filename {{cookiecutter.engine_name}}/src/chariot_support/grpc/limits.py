@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import time
 from collections import Counter
 from collections.abc import Callable
 from contextvars import ContextVar
@@ -118,6 +119,16 @@ class ReadingSlots:
                 woken.set_result(None)
 
 
+# Status codes by their number: grpc.aio gives a call's code as either.
+_STATUS_NAMES = {code.value[0]: code.name for code in grpc.StatusCode}
+
+
+def _status_name(code: grpc.StatusCode | int | None, unset: str) -> str:
+    if code is None:
+        return unset
+    return code.name if isinstance(code, grpc.StatusCode) else _STATUS_NAMES.get(code, "UNKNOWN")
+
+
 class _Held:
     """The bytes a call holds in the body budget, once it has them."""
 
@@ -152,13 +163,37 @@ class CallLimits(aio.ServerInterceptor):
         # still reading after 50 ms is large or slow, and lets another start.
         self._reading_uncounted = ReadingSlots(4, patience=0.05)
         self.log = RefusalLog()
+        self._metrics: Any = None  # MLServer's gRPC call metrics (seams/metrics.py's GRPCMetrics), when it keeps them
+
+    def count_calls_in(self, metrics: Any) -> None:
+        """Count each unary call in `metrics` (started; handled, with its status and time), refused ones too."""
+        self._metrics = metrics
 
     async def intercept_service(self, continuation, handler_call_details):
         handler = await continuation(handler_call_details)
         if handler is None or handler.request_streaming or handler.response_streaming:
             return handler
-        name = handler_call_details.method.rpartition("/")[2]
-        return served_raw(handler, functools.partial(self._serve, handler, name))
+        service, _, name = handler_call_details.method[1:].rpartition("/")
+        if self._metrics is None:
+            return served_raw(handler, functools.partial(self._serve, handler, name))
+        return served_raw(handler, functools.partial(self._counted, handler, service, name))
+
+    async def _counted(self, handler: grpc.RpcMethodHandler, service: str, name: str, requests, context):
+        """The call served, and counted in the call metrics with the status it ends with."""
+        started, code = time.perf_counter(), "UNKNOWN"
+        self._metrics.started(service, name)
+        try:
+            answer = await self._serve(handler, name, requests, context)
+            code = _status_name(context.code(), "OK")
+            return answer
+        except aio.AbortError:
+            code = _status_name(context.code(), "UNKNOWN")
+            raise
+        except asyncio.CancelledError:
+            code = "CANCELLED"
+            raise
+        finally:
+            self._metrics.finished(service, name, code, time.perf_counter() - started)
 
     async def _serve(self, handler: grpc.RpcMethodHandler, name: str, _requests, context):
         counted = name not in PROBE_CALLS  # small, answered at once: never refused for load

@@ -31,6 +31,7 @@ from mlserver.grpc.converters import ModelInferResponseConverter as ModelInferRe
 from mlserver.grpc.converters import ModelMetadataResponseConverter as ModelMetadataResponseConverter
 from mlserver.grpc.converters import RepositoryIndexRequestConverter as RepositoryIndexRequestConverter
 from mlserver.grpc.converters import ServerMetadataResponseConverter as ServerMetadataResponseConverter
+from mlserver.grpc.interceptors import PromServerInterceptor
 from mlserver.grpc.server import GRPCServer
 from mlserver.grpc.servicers import InferenceServicer
 from mlserver.grpc.utils import to_headers as to_headers
@@ -48,18 +49,10 @@ from mlserver.utils import extract_headers
 from mlserver.utils import install_uvloop_event_loop as install_uvloop_event_loop
 
 from chariot_support.after_answer import afterwards
-from chariot_support.errors import ChariotError, ModelLoadFailed, WorkersDown
+from chariot_support.errors import ChariotError, ModelLoadFailed, WorkersDown, signal_name
+from chariot_support.seams.metrics import GRPCMetrics, StreamingCallsOnly
 
 logger = logging.getLogger("chariot_support")
-
-
-def signal_name(exit_code: int) -> str:
-    if exit_code < 0:
-        try:
-            return f"killed by {signal.Signals(-exit_code).name}"
-        except ValueError:
-            return f"killed by signal {-exit_code}"
-    return f"exit code {exit_code}"
 
 
 def unwrap_worker_error(error: BaseException) -> BaseException:
@@ -220,7 +213,15 @@ class _AioWithLimits:
         self._server.limits = limits
         chosen = dict(options)  # MLServer's (message size, and any MLSERVER custom options) win over the engine's
         options = [*((key, value) for key, value in extra if key not in chosen), *chosen.items()]
-        interceptors = [limits, *interceptors] if limits is not None else list(interceptors)
+        interceptors = list(interceptors)
+        for index, interceptor in enumerate(interceptors if limits is not None else ()):
+            if isinstance(interceptor, PromServerInterceptor):  # there when MLServer keeps metrics
+                # The engine's interceptor counts unary calls in its counters itself; it keeps streaming calls.
+                kept = interceptor._interceptor
+                started, handled = kept._metrics["grpc_server_started_counter"], kept._grpc_server_handled_total_counter
+                limits.count_calls_in(GRPCMetrics(started, handled, kept._metrics["grpc_server_handled_histogram"]))
+                interceptors[index] = StreamingCallsOnly(interceptor)
+        interceptors = [limits, *interceptors] if limits is not None else interceptors
         return grpc_aio.server(*args, interceptors=interceptors, options=options, **kwargs)
 
 

@@ -10,12 +10,11 @@ import signal
 from collections.abc import Awaitable
 from typing import Any
 
-from chariot_support.errors import PredictTimeout, WorkersDown
+from chariot_support.errors import PredictTimeout, WorkersDown, signal_name
 from chariot_support.seams.mlserver import (
     guard_dispatcher,
     handle_worker_exits,
     replace_worker,
-    signal_name,
     worker_pools,
     workers_of,
 )

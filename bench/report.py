@@ -35,13 +35,22 @@ class Row:
     floor_range: tuple[float, float] | None = None  # the least and greatest of them
     rounds: tuple[float, ...] = ()  # engine/baseline round by round (the runs paired in the order they were made)
     held: bool = True  # held to the targets: the baseline is bare MLServer (not an earlier engine)
+    floor_rounds: tuple[float, ...] = ()  # engine/floor round by round, for the CPU metric
+
+    # The servers take turns within each round, so each round's ratio is free of the machine's drift between rounds:
+    # the ratios are the median of the rounds' ones, as the peers' table gives them, not a ratio of two medians taken
+    # from different rounds.
 
     @property
     def ratio(self) -> float:
+        if self.rounds:
+            return statistics.median(self.rounds)
         return self.engine[0] / self.baseline[0] if self.baseline[0] else float("nan")
 
     @property
     def floor_ratio(self) -> float | None:
+        if self.floor_rounds:
+            return statistics.median(self.floor_rounds)
         return self.engine[0] / self.floor if self.floor else None
 
     @property
@@ -88,7 +97,8 @@ def summarise(
 
     `measurements` are dicts with `scenario`, `server` ("engine" or "baseline") and any of the METRICS keys, in the
     order they were made (each round one run of each server); `floors`, each scenario's in-process floor, or the
-    floors taken round by round. `held`: the targets apply (the baseline is bare MLServer).
+    floors taken round by round. `held`: the targets apply (the baseline is bare MLServer). The ratios are medians
+    of the rounds' ratios (Row.ratio).
     """
     floors = floors or {}
     grouped: dict[tuple[str, str, str], list[float]] = {}
@@ -106,12 +116,15 @@ def summarise(
         baseline = grouped.get((scenario, metric, "baseline"))
         if not engine or not baseline:
             continue
-        floor, floor_range = floors.get(scenario) if metric == "cpu_ms" else None, None
+        floor, floor_range, floor_rounds = floors.get(scenario) if metric == "cpu_ms" else None, None, ()
         if isinstance(floor, Sequence):
+            if len(floor) == len(engine):
+                floor_rounds = tuple(e / f for e, f in zip(engine, floor, strict=True) if f)
             median, low, high = _spread(list(floor))
             floor, floor_range = median, (low, high)
         rounds = tuple(e / b if b else float("nan") for e, b in zip(engine, baseline, strict=False))
-        rows.append(Row(scenario, metric, _spread(engine), _spread(baseline), floor, floor_range, rounds, held))
+        row = Row(scenario, metric, _spread(engine), _spread(baseline), floor, floor_range, rounds, held, floor_rounds)
+        rows.append(row)
     return rows
 
 
@@ -133,7 +146,7 @@ def _cells(row: Row) -> list[str]:
         f"{heading} ({unit})",
         f"{_fmt(engine_median)} [{_fmt(engine_min)}-{_fmt(engine_max)}]",
         f"{_fmt(baseline_median)} [{_fmt(baseline_min)}-{_fmt(baseline_max)}]",
-        f"{row.ratio:.2f}",
+        f"{row.ratio:.2f}" + (f" [{min(row.rounds):.2f}-{max(row.rounds):.2f}]" if len(row.rounds) > 1 else ""),
         row.target,
         met,
         floor,
@@ -145,10 +158,10 @@ HEADINGS = [
     "metric",
     "engine median [min-max]",
     "baseline median [min-max]",
-    "engine/baseline",
+    "engine/baseline, median of rounds [min-max]",
     "target",
     "met",
-    "in-process floor median [min-max] (engine/floor)",
+    "in-process floor median [min-max] (engine/floor, median of rounds)",
 ]
 
 

@@ -171,11 +171,12 @@ def test_summary_table_and_csv(tmp_path):
     ] + [{"scenario": "s", "server": "baseline", "rps": rps, "p99_ms": 8.0, "cpu_ms": 4.0} for rps in (100, 110, 200)]
     rows = {r.metric: r for r in report.summarise(measurements, {"s": 4.0})}
     assert rows["rps"].engine == (100, 90, 120) and rows["rps"].baseline == (110, 100, 200)
-    assert rows["rps"].ratio == pytest.approx(100 / 110) and rows["rps"].met is False
+    # Round by round, engine/baseline was 0.9, 0.91 and 0.6: the ratio is their median, not 100/110 of the medians.
+    assert rows["rps"].ratio == pytest.approx(0.9) and rows["rps"].met is False
     assert rows["p99_ms"].ratio == pytest.approx(1.25) and rows["p99_ms"].met is False
     assert rows["cpu_ms"].floor_ratio == pytest.approx(1.25) and rows["cpu_ms"].met is False
     text = report.table(list(rows.values()))
-    assert "| s " in text and "0.91" in text and "NO" in text and "x1.25" in text
+    assert "| s " in text and "0.90 [0.60-0.91]" in text and "NO" in text and "x1.25" in text
     report.write_csv(list(rows.values()), tmp_path / "bench.csv")
     with open(tmp_path / "bench.csv") as handle:
         written = list(csv.DictReader(handle))
@@ -212,6 +213,10 @@ def test_the_floor_taken_round_by_round_is_held_by_its_median():
     (row,) = report.summarise(measurements, {"s": [4.6, 4.0, 3.7]})
     assert row.floor == 4.0 and row.floor_range == (3.7, 4.6) and row.floor_ratio == pytest.approx(1.1)
     assert "4 [3.7-4.6] (x1.10)" in report.table([row])
+    # A floor beside each round: the engine is held to the median of the rounds' engine/floor (1.0, 0.91, 1.5).
+    paired = _runs("detect REST", "cpu_ms", (5.0, 4.0, 6.0), (6.0, 6.0, 6.0))
+    (row,) = report.summarise(paired, {"detect REST": [5.0, 4.4, 4.0]})
+    assert row.floor_ratio == pytest.approx(1.0) and row.met is True  # 5.0/4.4 of the medians would miss 1.10
 
 
 @pytest.mark.slow

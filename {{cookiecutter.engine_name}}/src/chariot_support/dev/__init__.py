@@ -1,2 +1,2 @@
-"""For an engine's developer, not its server: test helpers, the checks every model is held to, and the dependency
-commands (`python -m chariot_support.dev.deps`)."""
+"""For an engine's developer, not its server: test helpers, the checks every model is held to and the environment's
+OpenCV check (its tests run them), the update check and the tuning tool."""

@@ -115,7 +115,9 @@ def test_the_lock_holds_right_after_baking_with_no_index_in_reach(baked, task, t
     check = subprocess.run(
         [uv(), "lock", "--check"], cwd=baked(task), env=env, capture_output=True, text=True, timeout=60
     )
-    assert check.returncode == 0, check.stderr
+    assert check.returncode == 0, (
+        f"{check.stderr}\nAfter a change to the engine's pyproject.toml, ./scripts/lock-engine"
+    )
 
 
 def test_model_files_come_from_model_dir(baked, baked_engine, tmp_path):

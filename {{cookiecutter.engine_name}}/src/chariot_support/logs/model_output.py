@@ -18,11 +18,14 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any, TextIO
 
+from chariot_support.logs.native_lines import MAX_LINE
+from chariot_support.logs.native_output import enable_fault_dumps, engine_stdout
+
 # The requests whose predict (or explain) runs in this context: one, or several batched into one call.
 _requests: ContextVar[tuple[str, ...]] = ContextVar("chariot_model_requests", default=())
-# The most characters of one line the model writes: a longer one (or output with no newline at all) goes out in
-# pieces of this size, so that what a model writes cannot grow the engine's memory.
-MAX_LINE = 16_384
+# MAX_LINE: the most characters of one line the model writes (as the forwarder takes native lines): a longer one (or
+# output with no newline at all) goes out in pieces of this size, so that what a model writes cannot grow the
+# engine's memory.
 
 
 @contextmanager
@@ -118,9 +121,10 @@ def real_stream(stream: Any) -> Any:
 
 
 def stdout_handler() -> logging.StreamHandler:
-    """The engine's handler of JSON lines: on the real stdout, even where sys.stdout is a ModelOutput (logging's
-    dictConfig builds it by this name, in every process and every time the configuration is applied)."""
-    return logging.StreamHandler(real_stream(sys.stdout))
+    """The engine's handler of JSON lines: on the real stdout, even where sys.stdout is a ModelOutput and fd 1 a pipe to
+    the forwarder of native output (logging's dictConfig builds it by this name, in every process and every time the
+    configuration is applied)."""
+    return logging.StreamHandler(real_stream(engine_stdout()))
 
 
 def capture_output(handler_name: str) -> bool:
@@ -132,6 +136,7 @@ def capture_output(handler_name: str) -> bool:
     if not any(h.get_name() == handler_name for h in logging.getLogger().handlers):
         return False
     logging.captureWarnings(True)  # warnings.warn: a record of "py.warnings", not a line on stderr
+    enable_fault_dumps()  # a crash's dump of every thread, onto fd 2: JSON lines too (logs/native_output.py)
     sys.stdout = ModelOutput(sys.stdout, logging.getLogger("print"), logging.INFO)
     sys.stderr = ModelOutput(sys.stderr, logging.getLogger("stderr"), logging.WARNING)
     return True

@@ -6,20 +6,22 @@ The engine's processes write into two pipes (logs/native_output.py); this proces
 the real stdout (what came in on fd 1) and the real stderr (what came in on fd 2). It runs apart from the engine so
 that it needs none of the engine's GIL and outlives a process that crashes: a writer blocked on a full pipe while
 holding the GIL cannot stop it reading, and a segfault's last words are read after the process that wrote them has
-gone. It runs as `python -I -S native_lines.py OUT ERR CONTROL LEVEL` and imports the standard library alone.
+gone. It runs as `python -I -S native_lines.py OUT ERR CONTROL LEVEL` and imports the standard library alone:
+json, re and datetime with the first line it reads, so that beside an engine whose native code writes nothing (most
+engines without parallel workers) it starts and waits in a few milliseconds of CPU.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import re
 import select
-import signal
 import sys
 import time
-from collections.abc import Callable
-from datetime import UTC, datetime
+
+try:  # the signal module's own C part: the module itself imports enum, which costs more than all the rest of a start
+    import _signal as signal
+except ImportError:  # a Python without it
+    import signal  # type: ignore[no-redef]
 
 # The most bytes of a native line in one JSON line: a longer line, or output that never ends one, goes out in pieces
 # of this size, so that what native code writes cannot grow this process's memory.
@@ -39,29 +41,37 @@ _WORDS = {"VERBOSE": "debug", "DEBUG": "debug", "INFO": "info", "WARN": "warning
 _WORDS |= {"ERROR": "error", "FATAL": "critical", "CRITICAL": "critical"}
 
 # How native libraries mark a line's level, first match first; the group is a letter of _LETTERS or a word of _WORDS.
-_MARKERS = [
+MARKERS = [
     # glog and abseil ("W0000 00:00:1700000000.123456   123 file.cc:121] ..."), and PyTorch's c10, which brackets the
     # same ("[W1201 10:00:00.123456789 file.cpp:42] ...", "[W socket.cpp:663] ...").
-    re.compile(r"\[?([IWEF])(?:\d{4} [\d:.]+)?(?: +\d+)? [^\s\]]+:\d+\]"),
+    r"\[?([IWEF])(?:\d{4} [\d:.]+)?(?: +\d+)? [^\s\]]+:\d+\]",
     # ONNX Runtime: "2026-11-30 10:00:00.000 [W:onnxruntime:, file.cc:42 Function] ..."
-    re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+ \[([VIWEF]):onnxruntime:"),
+    r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+ \[([VIWEF]):onnxruntime:",
     # TensorFlow: "2026-11-30 10:00:00.000000: W tensorflow/core/..."
-    re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: ([IWEF]) "),
+    r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: ([IWEF]) ",
     # TFLite and LiteRT ("INFO: Created TensorFlow Lite XNNPACK delegate for CPU."), glog's own "WARNING: ...", and
     # Python's logging as basicConfig formats it in a model's subprocess ("WARNING:root:...").
-    re.compile(r"(VERBOSE|DEBUG|INFO|WARNING|ERROR|FATAL|CRITICAL):(?: |[\w.]+:)"),
+    r"(VERBOSE|DEBUG|INFO|WARNING|ERROR|FATAL|CRITICAL):(?: |[\w.]+:)",
     # OpenCV: "[ WARN:0@0.010] global loadsave.cpp:244 ..."
-    re.compile(r"\[ ?(VERBOSE|DEBUG|INFO|WARN|ERROR|FATAL):"),
+    r"\[ ?(VERBOSE|DEBUG|INFO|WARN|ERROR|FATAL):",
 ]
 # A process's last words: Python's fatal errors and fault dumps, C++'s uncaught exceptions, glog's and abseil's crash
 # reports ("*** Check failure stack trace: ***", "*** SIGSEGV received at ...").
-_FATAL = re.compile(r"Fatal Python error: |terminate called |\*\*\* ")
-_DUMP = b"Fatal Python error: "
-_TRACEBACK = re.compile(r"Traceback \(most recent call last\):")
+FATAL = r"Fatal Python error: |terminate called |\*\*\* "
+TRACEBACK = r"Traceback \(most recent call last\):"
 # Lines that continue the one before (a traceback's or a fault dump's frames, the threads of a dump): its level.
-_CONTINUES = re.compile(
-    r"\s|Current thread 0x|Thread 0x|Stack \(most recent call first\)|Extension modules: |<no Python frame>"
-)
+CONTINUES = r"\s|Current thread 0x|Thread 0x|Stack \(most recent call first\)|Extension modules: |<no Python frame>"
+_DUMP = b"Fatal Python error: "
+
+
+class _Patterns:
+    """The formats above, compiled when the first line is read."""
+
+    def __init__(self):
+        import re
+
+        self.markers = [re.compile(marker) for marker in MARKERS]
+        self.fatal, self.traceback, self.continues = (re.compile(p) for p in (FATAL, TRACEBACK, CONTINUES))
 
 
 class Lines:
@@ -77,6 +87,7 @@ class Lines:
         self._carry = default  # the level of the line before, for the lines that continue it
         self._closing = False  # a Python traceback ends with an unindented line: its exception
         self._cut = False  # the last line went out in pieces: the next piece continues it
+        self._patterns: _Patterns | None = None
 
     def feed(self, data: bytes, now: float) -> list[str]:
         """The JSON lines `data` completes."""
@@ -117,18 +128,19 @@ class Lines:
 
     def level(self, text: str) -> str:
         """The level `text` says it has, or the one of the line it continues, or the default."""
-        if _CONTINUES.match(text):
+        patterns = self._patterns = self._patterns or _Patterns()
+        if patterns.continues.match(text):
             return self._carry
         closing, self._closing = self._closing, False
-        for marker in _MARKERS:
+        for marker in patterns.markers:
             found = marker.match(text)
             if found:
                 level = _LETTERS.get(found.group(1)) or _WORDS[found.group(1)]
                 break
         else:
-            if _FATAL.match(text):
+            if patterns.fatal.match(text):
                 level = "critical"
-            elif _TRACEBACK.match(text):
+            elif patterns.traceback.match(text):
                 level, self._closing = "error", True
             else:
                 level = self._carry if closing else self.default
@@ -137,6 +149,8 @@ class Lines:
 
 
 def _is_record(raw: bytes) -> bool:
+    import json
+
     try:
         return isinstance(json.loads(raw), dict)
     except ValueError:
@@ -145,6 +159,9 @@ def _is_record(raw: bytes) -> bool:
 
 def json_line(created: float, level: str, logger: str, message: str) -> str:
     """A line in the engine's format (logs/request_lines.json_line)."""
+    import json
+    from datetime import UTC, datetime
+
     entry = {
         "time": datetime.fromtimestamp(created, UTC).isoformat(timespec="milliseconds"),
         "level": level,
@@ -176,12 +193,10 @@ def _write(fd: int, data: bytes) -> None:
         pass  # nothing left to read the log: keep draining the pipes, so that the writers never block on them
 
 
-def forward(
-    streams: dict[int, tuple[Lines, int]], control: int, write: Callable[[int, list[str]], None] = write_lines
-) -> None:
+def forward(streams: dict[int, tuple[Lines, int]], control: int, write=write_lines) -> None:
     """Read each pipe in `streams` (its Lines, and the descriptor its JSON lines go to) until every one has ended, or
     until `control` ends (the engine's main process has finished or died): then what the pipes hold already is read,
-    and the forwarder ends."""
+    and the forwarder ends. `write(fd, lines)` writes the JSON lines read."""
     poller = select.poll()
     for fd in (*streams, control):
         poller.register(fd, select.POLLIN)

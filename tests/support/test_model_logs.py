@@ -43,6 +43,13 @@ def test_each_line_written_is_one_record_and_a_partial_line_waits_for_its_newlin
     assert records()[-1]["message"] == "left over"
 
 
+def test_a_line_gets_the_level_it_says_it_has_as_a_native_one_does(captured):
+    output, _, records = captured
+    output.write('Traceback (most recent call last):\n  File "model.py", line 3, in predict\nValueError: no\n')
+    output.write("WARNING: a library's own\nprinted\n")
+    assert [r["level"] for r in records()] == ["error", "error", "error", "warning", "info"]
+
+
 def test_a_line_without_end_goes_out_in_pieces_of_the_longest_line(captured):
     output, _, records = captured
     output.write("x" * (MAX_LINE * 2 + 5))

@@ -51,6 +51,7 @@ STDERR = [
     ("ERROR:root:a subprocess's own Python logging, as basicConfig formats it", "error"),
     ("CUDA initialization: Found no NVIDIA driver on your system.", "warning"),
     ("terminate called after throwing an instance of 'std::runtime_error'", "critical"),
+    ("Exception in thread Thread-1 (predict):", "error"),
     ("Traceback (most recent call last):", "error"),
     ('  File "/opt/venv/model.py", line 12, in load', "error"),
     ("ValueError: no weights", "error"),

@@ -58,7 +58,8 @@ MARKERS = [
 # A process's last words: Python's fatal errors and fault dumps, C++'s uncaught exceptions, glog's and abseil's crash
 # reports ("*** Check failure stack trace: ***", "*** SIGSEGV received at ...").
 FATAL = r"Fatal Python error: |terminate called |\*\*\* "
-TRACEBACK = r"Traceback \(most recent call last\):"
+# A Python traceback, and what Python writes before one (a thread's, an exception it could not raise).
+TRACEBACK = r"Traceback \(most recent call last\):|Exception in thread |Exception ignored in: "
 # Lines that continue the one before (a traceback's or a fault dump's frames, the threads of a dump): its level.
 CONTINUES = r"\s|Current thread 0x|Thread 0x|Stack \(most recent call first\)|Extension modules: |<no Python frame>"
 _DUMP = b"Fatal Python error: "
@@ -74,20 +75,49 @@ class _Patterns:
         self.fatal, self.traceback, self.continues = (re.compile(p) for p in (FATAL, TRACEBACK, CONTINUES))
 
 
+class Levels:
+    """The level of each line of one stream, read in order: the one the line says it has, or the one of the line it
+    continues (a traceback's frames, the rest of a line cut in pieces), or `default`."""
+
+    _patterns: _Patterns | None = None  # shared by every stream, once compiled
+
+    def __init__(self, default: str):
+        self.default = default
+        self.last = default  # the level of the line before
+        self._closing = False  # a Python traceback ends with an unindented line: its exception
+
+    def of(self, text: str) -> str:
+        patterns = Levels._patterns = Levels._patterns or _Patterns()
+        if patterns.continues.match(text):
+            return self.last
+        closing, self._closing = self._closing, False
+        for marker in patterns.markers:
+            found = marker.match(text)
+            if found:
+                level = _LETTERS.get(found.group(1)) or _WORDS[found.group(1)]
+                break
+        else:
+            if patterns.fatal.match(text):
+                level = "critical"
+            elif patterns.traceback.match(text):
+                level, self._closing = "error", True
+            else:
+                level = self.last if closing else self.default
+        self.last = level
+        return level
+
+
 class Lines:
-    """One pipe's bytes as JSON lines: complete lines, long ones in pieces, with each line's level. `default` is the
-    level of a line that says none."""
+    """One pipe's bytes as JSON lines: complete lines, long ones in pieces, with each line's level (Levels);
+    `default` is the level of a line that says none."""
 
     def __init__(self, logger: str, default: str, threshold: int = LEVELS["info"]):
         self.logger = logger
-        self.default = default
+        self.levels = Levels(default)
         self.threshold = threshold
         self.pending = b""
         self.since = 0.0  # when the pending partial line began
-        self._carry = default  # the level of the line before, for the lines that continue it
-        self._closing = False  # a Python traceback ends with an unindented line: its exception
         self._cut = False  # the last line went out in pieces: the next piece continues it
-        self._patterns: _Patterns | None = None
 
     def feed(self, data: bytes, now: float) -> list[str]:
         """The JSON lines `data` completes."""
@@ -121,31 +151,10 @@ class Lines:
         text = raw.decode("utf-8", "replace")
         if not text.strip():
             return None
-        level = self._carry if continues else self.level(text)
+        level = self.levels.last if continues else self.levels.of(text)
         if LEVELS[level] < self.threshold:
             return None
         return json_line(time.time(), level, self.logger, text)
-
-    def level(self, text: str) -> str:
-        """The level `text` says it has, or the one of the line it continues, or the default."""
-        patterns = self._patterns = self._patterns or _Patterns()
-        if patterns.continues.match(text):
-            return self._carry
-        closing, self._closing = self._closing, False
-        for marker in patterns.markers:
-            found = marker.match(text)
-            if found:
-                level = _LETTERS.get(found.group(1)) or _WORDS[found.group(1)]
-                break
-        else:
-            if patterns.fatal.match(text):
-                level = "critical"
-            elif patterns.traceback.match(text):
-                level, self._closing = "error", True
-            else:
-                level = self._carry if closing else self.default
-        self._carry = level
-        return level
 
 
 def _is_record(raw: bytes) -> bool:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import atexit
 import faulthandler
-import io
 import logging
 import os
 import subprocess
@@ -76,7 +75,7 @@ def capture_native_output(level: str) -> bool:
     # A child forked from this process (a model's own, say) must not keep the forwarder waiting for it.
     os.register_at_fork(after_in_child=lambda: _forget(control_w))
     encoding, errors = getattr(sys.stdout, "encoding", "utf-8"), getattr(sys.stdout, "errors", "strict")
-    stdout = io.TextIOWrapper(io.FileIO(real_out, "w", closefd=False), encoding=encoding, errors=errors)
+    stdout = open(real_out, "w", encoding=encoding, errors=errors, closefd=False)  # as sys.stdout: handlers flush it
     _capture = _Capture(forwarder, real_out, real_err, control_w, stdout)
     atexit.register(finish_native_output)
     enable_fault_dumps()
@@ -115,7 +114,7 @@ def finish_native_output() -> None:
     try:
         capture.forwarder.wait(FINISH_WAIT)
     except subprocess.TimeoutExpired:
-        pass  # it is writing to a stdout nobody reads; it ends with this process's container
+        pass  # it is writing to a stdout nobody reads: it goes on alone, and ends when it can
 
 
 def _forget(control: int) -> None:

@@ -66,7 +66,7 @@ _DUMP = b"Fatal Python error: "
 
 
 class _Patterns:
-    """The formats above, compiled when the first line is read."""
+    """The formats above, compiled when the first line is read (re keeps them compiled for every later stream)."""
 
     def __init__(self):
         import re
@@ -79,15 +79,14 @@ class Levels:
     """The level of each line of one stream, read in order: the one the line says it has, or the one of the line it
     continues (a traceback's frames, the rest of a line cut in pieces), or `default`."""
 
-    _patterns: _Patterns | None = None  # shared by every stream, once compiled
-
     def __init__(self, default: str):
         self.default = default
         self.last = default  # the level of the line before
         self._closing = False  # a Python traceback ends with an unindented line: its exception
+        self._patterns: _Patterns | None = None
 
     def of(self, text: str) -> str:
-        patterns = Levels._patterns = Levels._patterns or _Patterns()
+        patterns = self._patterns = self._patterns or _Patterns()
         if patterns.continues.match(text):
             return self.last
         closing, self._closing = self._closing, False

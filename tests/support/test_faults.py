@@ -183,6 +183,7 @@ def test_sigterm_lets_an_in_flight_request_finish_then_exits_0():
             assert response.status_code == 200, response.text
             assert response.json()["outputs"][0]["data"][0][0]["label"] == "cat"
         assert engine.process.wait(30) == 0
+        assert not not_json(engine.log()), "what the stop wrote, the forwarder's last lines too"
 
 
 @pytest.mark.parametrize("engine", ["parallel-workers"], indirect=True)  # in one process, the engine would go too

@@ -81,12 +81,8 @@ def test_each_line_gets_the_level_it_says_it_has_or_the_line_it_continues():
 def test_lines_are_json_lines_as_the_engines_own():
     (line,) = Lines("stderr", "warning").feed(b"plain C\n", time.monotonic())
     record = logging.LogRecord("stderr", logging.WARNING, __file__, 1, "plain C", (), None)
-    record.created = json_time(json.loads(line)["time"])
+    record.created = datetime.fromisoformat(json.loads(line)["time"]).timestamp()
     assert line == JSONLines().format(record)
-
-
-def json_time(text: str) -> float:
-    return datetime.fromisoformat(text).timestamp()
 
 
 def test_long_lines_and_lines_without_end_go_out_in_bounded_pieces_and_records_pass_whole():
@@ -116,11 +112,13 @@ def test_a_partial_line_waits_its_newline_a_while_and_what_the_pipe_holds_is_rea
     reader = threading.Thread(target=forward, args=(streams, control_r, lambda fd, lines: written.extend(lines)))
     reader.start()
     try:
+        started = time.monotonic()
         os.write(out_w, b"no newline yet")
-        time.sleep(PARTIAL_WAIT / 2)
-        assert written == []
-        time.sleep(PARTIAL_WAIT)
+        while not written and time.monotonic() - started < 10:
+            time.sleep(0.01)
+        waited = time.monotonic() - started
         assert [json.loads(line)["message"] for line in written] == ["no newline yet"]
+        assert waited >= PARTIAL_WAIT, f"the partial line went out after {waited:.2f} s, before its newline could come"
         os.write(out_w, b"last\nwords")
         os.close(control_w)  # the engine's main process has gone; out_w stays open, as a worker's may
         reader.join(5)

@@ -109,7 +109,8 @@ def test_baked_engine_passes_its_own_tests(baked, task):
 
 
 def test_uv_install_then_python_m_package_serves_the_demo(baked, tmp_path):
-    """The README's path: `uv pip install -c constraints.txt .` in a fresh environment, then `python -m <package>`."""
+    """The README's path: `uv pip install -c constraints.txt .` in a fresh environment, then `python -m <package>`,
+    which answers inference and serves its page."""
     root = baked("Object Detection")
     environment = tmp_path / "venv"
     venv.EnvBuilder(with_pip=False).create(environment)
@@ -130,6 +131,10 @@ def test_uv_install_then_python_m_package_serves_the_demo(baked, tmp_path):
         request = urllib.request.Request(f"{engine.url}/v2/models/m-demo/infer/", data=body, method="POST")
         with urllib.request.urlopen(request, timeout=30) as response:
             answer = json.loads(response.read())
+        # The page at GET / is read from the installed package: its files went into the wheel.
+        with urllib.request.urlopen(f"{engine.url}/", timeout=30) as response:
+            page = response.read().decode()
+    assert "<script>'use strict';" in page and "grid-template-columns" in page
     (results,) = answer["outputs"][0]["data"]
     assert [(r["label"], r["xmin"], r["ymin"], r["xmax"], r["ymax"]) for r in results] == [("green", 20, 10, 70, 40)]
 

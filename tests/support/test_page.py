@@ -355,3 +355,11 @@ def test_the_page_is_small_and_its_policy_lets_it_reach_only_the_engine(demo_eng
     assert head.status_code == 200 and head.content == b"" and head.headers["content-length"] == str(len(page.content))
     refused = requests.post(f"{engine.url}/", json={}, timeout=10)
     assert (refused.status_code, refused.json()) == (405, {"error": "POST is not allowed on /"})
+
+
+def test_both_readmes_show_the_pages_screenshot_and_it_stays_small():
+    """scripts/page-screenshots takes it from a demo engine's real answer; docs/ goes into every engine unrendered."""
+    picture = ENGINE_TEMPLATE / "docs" / "page.png"
+    assert "](docs/page.png)" in (ENGINE_TEMPLATE / "README.md").read_text()
+    assert f"]({ENGINE_TEMPLATE.name}/docs/page.png)" in (ENGINE_TEMPLATE.parent / "README.md").read_text()
+    assert picture.read_bytes().startswith(b"\x89PNG") and picture.stat().st_size < 80_000  # measured: 28,031

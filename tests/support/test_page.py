@@ -121,7 +121,11 @@ def check_drawn(drawn: np.ndarray, picture: np.ndarray, results: list[dict]) -> 
     assert not missed, f"outline points the page did not draw in their colour (caption, x, y): {missed[:10]}"
 
 
-def test_the_page_draws_and_lists_the_engines_answer_as_the_client_does(browser, task, engine):
+# Parametrized here rather than by conftest's session-wide `task`, which pytest orders across files: this file's
+# tests stay together, and so does the one browser they share.
+@pytest.mark.parametrize("task", list(TaskType), ids=lambda task: task.name.lower())
+def test_the_page_draws_and_lists_the_engines_answer_as_the_client_does(browser, task, demo_engine):
+    engine = demo_engine(task)
     with tab(browser) as where:
         page = opened(where, f"{engine.url}/")
         # What the page asks for comes from the engine: the model, its task, the actions that task takes.

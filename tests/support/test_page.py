@@ -176,8 +176,10 @@ def test_the_page_draws_and_lists_the_engines_answer_as_the_client_does(browser,
         assert returned == [[row["key"], row["type"], row["value"]] for row in METADATA]
         assert re.search(r"^\d[\d.,]* ms from sending", page.inner_text("#timing"))
 
-        # Readable at a phone's width: nothing wider than the screen.
+        # Readable at a phone's width: nothing wider than the screen, the JSON and the snippets opened too.
         page.set_viewport_size(PHONE)
+        for summary in page.locator("#exchange summary").all():
+            summary.click()
         assert page.evaluate("document.documentElement.scrollWidth") <= PHONE["width"]
         assert not where.errors and not where.elsewhere(engine.url)
 

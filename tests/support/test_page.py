@@ -244,6 +244,9 @@ def test_the_page_is_used_from_the_keyboard_and_every_control_is_labelled(browse
 
     with tab(browser) as where:
         page = opened(where, f"{engine.url}/")
+        # Playwright asks the browser to hand it file choosers once something listens for them, without waiting for
+        # the answer: listening from here on, well before Enter, a chooser cannot open before it is intercepted.
+        page.on("filechooser", lambda _: None)
         tab_to(page, "#files")
         with page.expect_file_chooser() as chooser:
             page.keyboard.press("Enter")

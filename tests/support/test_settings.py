@@ -1,6 +1,7 @@
 """The engine's settings are one typed object read once, and the engine README's table of variables matches it."""
 
 import asyncio
+import json
 import re
 from pathlib import Path
 
@@ -137,3 +138,31 @@ def test_the_readme_names_the_mlserver_variables_that_change_the_engine():
         "MLSERVER_LOGGING_SETTINGS",
     ):
         assert f"`{name}" in table, f"{name} is not in the engine README's table of variables"
+
+
+def test_with_the_page_off_get_root_is_a_404_and_every_other_route_is_the_same(released_metrics):
+    """CHARIOT_PAGE=0 takes the page at GET / away (tests/support/test_page.py tries it in a browser) and nothing else."""
+
+    async def routes(page: bool) -> tuple[set, int, bytes]:
+        # MLServer's REST app, with the engine's routes (test_internals.py holds MLServer to keeping it there).
+        app = build_server(FaultyModel, "faulty", EngineSettings(page=page))._rest_server._app
+        found = {(getattr(r, "path", ""), frozenset(getattr(r, "methods", None) or ())) for r in app.router.routes}
+        answered: dict = {}
+
+        async def receive():
+            return {"type": "http.request", "body": b"", "more_body": False}
+
+        async def send(message):
+            answered.setdefault("status", message.get("status"))
+            answered["body"] = answered.get("body", b"") + message.get("body", b"")
+
+        request = {"method": "GET", "path": "/", "raw_path": b"/", "query_string": b"", "headers": [], "root_path": ""}
+        connection = {"type": "http", "http_version": "1.1", "scheme": "http", "client": ("127.0.0.1", 1)}
+        await app({**request, **connection, "server": ("127.0.0.1", 80)}, receive, send)
+        return found, answered["status"], answered["body"]
+
+    on, on_status, _ = asyncio.run(routes(True))
+    released_metrics()  # MLServer's metrics, registered once a process
+    off, off_status, off_body = asyncio.run(routes(False))
+    assert on - off == {("/", frozenset({"GET", "HEAD"}))} and off < on
+    assert (on_status, off_status, json.loads(off_body)) == (200, 404, {"error": "no route for GET /"})

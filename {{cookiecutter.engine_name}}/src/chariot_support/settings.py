@@ -79,6 +79,9 @@ class EngineSettings:
     # Off unless turned on: model repository load/unload, and the API docs pages.
     repository_api: bool = _setting("CHARIOT_REPOSITORY_API", False)
     api_docs: bool = _setting("CHARIOT_API_DOCS", False)
+    # The page at GET / that tries the model in a browser (it calls only the engine's own routes); off, GET / is a 404
+    # as any unknown path is, and every other route is the same either way.
+    page: bool = _setting("CHARIOT_PAGE", True)
     # uvicorn: most connections and requests at once (more get a 503), and seconds an idle keep-alive stays open:
     # longer than the proxies in front keep idle pooled connections (nginx 60 s), so that they close them first and
     # never send a request on a connection the engine is closing (it would be lost). The table of connections

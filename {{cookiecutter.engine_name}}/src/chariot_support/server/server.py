@@ -29,6 +29,7 @@ from chariot_support.model.base import ChariotModel, has_explain
 from chariot_support.pipeline.data_plane import ChariotDataPlane, ChariotRepositoryHandlers, EngineRepository
 from chariot_support.rest.app import install_rest_app
 from chariot_support.rest.legacy_routes import install_legacy_routes
+from chariot_support.rest.page import install_page
 from chariot_support.runtime.plan import ServingPlan
 from chariot_support.runtime.runtime import import_model_class
 from chariot_support.runtime.threads import threads_still_stuck
@@ -215,6 +216,8 @@ class ChariotServer(EngineServer):
         data_plane = self._chariot_plane
         install_rest_app(rest_app, data_plane, self.settings, self.body_budget)
         install_legacy_routes(rest_app, data_plane.pipeline)
+        if self.engine.page:
+            install_page(rest_app)
         close_api_pages(rest_app, metrics_app, api_docs=self.engine.api_docs)
         if metrics_app is not None:  # requests' metrics are counted after their answers: all of them before a scrape
             metrics_app.add_middleware(FlushedBeforeScrape)

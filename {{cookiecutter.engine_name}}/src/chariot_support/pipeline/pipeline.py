@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -29,6 +30,9 @@ from chariot_support.seams.mlserver import (
     served_inference,
     unwrap_worker_error,
 )
+from chariot_support.stages.histograms import StageHistograms
+from chariot_support.stages.timing import RuntimeStages
+from chariot_support.triton.statistics import InferenceStatistics
 
 # What an engine answers with a status code: its own errors, and MLServer's (a model not found, not ready...).
 SERVING_ERRORS = (ChariotError, MLServerError)
@@ -78,6 +82,11 @@ class Pipeline:
     def __init__(self, data_plane: Any, inner: Any):
         self.data_plane = data_plane
         self._inner = inner
+        # Every inference request's stages, counted after its answer, whichever transport and worker served it.
+        self.statistics = InferenceStatistics(
+            data_plane.model_name, data_plane.engine.model_version, data_plane.resolve
+        )
+        self.histograms = StageHistograms()
         self.stopping = False  # the engine is draining: requests from now on are refused, those in flight answered
         self._in_flight = 0
         self._drained: asyncio.Event | None = None
@@ -93,6 +102,22 @@ class Pipeline:
             except TimeoutError:
                 pass
         return self._in_flight
+
+    def finished(
+        self,
+        name: str | None,
+        ok: bool,
+        seconds: float,
+        ended: float,
+        stages: tuple[float, ...] | None,
+        runtime: RuntimeStages | None,
+    ) -> None:
+        """Count an inference request to the model `name` (None: the served one) once it is answered: in Triton's
+        statistics and, answered, its stages in the histograms. Called by the thread that does requests' work after
+        their answers (after_answer.py), never on the way to the answer."""
+        self.statistics.record(name, ok, seconds, ended, stages, runtime)
+        if stages is not None:
+            self.histograms.observe(stages)
 
     @property
     def model_name(self) -> str:
@@ -156,13 +181,16 @@ class Pipeline:
                 # Checked here, before the request waits for a thread, a batch or a parallel worker: a bad request
                 # is told so at once, never queued behind the model's work.
                 parsed = await self._parse(request, _served(model).task)
+                parsed_at = time.perf_counter()  # the request's stages: parsed, then the runtime's (stages/timing.py)
                 try:
                     answered = await call_runtime(served, "answer", parsed, request_id, explain)
                 except SERVING_ERRORS as error:
                     raise unwrap_worker_error(error) from None
+                answered_at = time.perf_counter()
                 extra = response_headers(self._inner, served, request_id)
         # One policy for every protocol: MLServer's CloudEvents headers, and the request id as X-Request-ID.
-        return Answer(answered, request_id, name, served.version, {**extra, "x-request-id": request_id})
+        headers = {**extra, "x-request-id": request_id}
+        return Answer(answered, request_id, name, served.version, headers, parsed_at, answered_at)
 
 
 def _encoded_bytes(request: Request) -> int:

@@ -98,6 +98,10 @@ class EngineServer(MLServer):
         """The interceptor put in front of every gRPC call (None: none), and options added to the gRPC server's."""
         return None, []
 
+    def grpc_handlers(self) -> list[Any]:
+        """gRPC handlers (grpc.GenericRpcHandler) of calls MLServer's generated services do not have."""
+        return []
+
     predict_timeout: float = 60.0
     stopping = False  # set by the first stop
     _stopped: asyncio.Event | None = None  # set once that stop is done
@@ -222,7 +226,13 @@ class _AioWithLimits:
                 limits.count_calls_in(GRPCMetrics(started, handled, kept._metrics["grpc_server_handled_histogram"]))
                 interceptors[index] = StreamingCallsOnly(interceptor)
         interceptors = [limits, *interceptors] if limits is not None else interceptors
-        return grpc_aio.server(*args, interceptors=interceptors, options=options, **kwargs)
+        server = grpc_aio.server(*args, interceptors=interceptors, options=options, **kwargs)
+        # Calls of the V2 service that MLServer's lacks: gRPC asks generic handlers for a method no registered one
+        # serves, MLServer's first (it knows its own methods only), then these.
+        handlers = self._server._engine.grpc_handlers()
+        if handlers:
+            server.add_generic_rpc_handlers(tuple(handlers))
+        return server
 
 
 @functools.cache

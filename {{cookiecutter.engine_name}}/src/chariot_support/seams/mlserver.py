@@ -2,8 +2,7 @@
 
 Nothing else in the support package reaches past MLServer's public API. `tests/support/test_internals.py` holds
 canaries that use each assumption made here on MLServer's real objects (its CANARIES table names them for each
-private name): on an MLServer where one no longer holds, the canary says which in plain words.
-"""
+private name): on an MLServer where one no longer holds, the canary says which in plain words."""
 
 from __future__ import annotations
 
@@ -98,9 +97,8 @@ class EngineServer(MLServer):
         """The interceptor put in front of every gRPC call (None: none), and options added to the gRPC server's."""
         return None, []
 
-    def grpc_handlers(self) -> list[Any]:
-        """gRPC handlers (grpc.GenericRpcHandler) of calls MLServer's generated services do not have."""
-        return []
+    def grpc_handlers(self) -> list[Any]:  # grpc.GenericRpcHandlers of calls MLServer's services do not have
+        return []  # gRPC asks them for a method no registered handler serves
 
     predict_timeout: float = 60.0
     stopping = False  # set by the first stop
@@ -227,11 +225,7 @@ class _AioWithLimits:
                 interceptors[index] = StreamingCallsOnly(interceptor)
         interceptors = [limits, *interceptors] if limits is not None else interceptors
         server = grpc_aio.server(*args, interceptors=interceptors, options=options, **kwargs)
-        # Calls of the V2 service that MLServer's lacks: gRPC asks generic handlers for a method no registered one
-        # serves, MLServer's first (it knows its own methods only), then these.
-        handlers = self._server._engine.grpc_handlers()
-        if handlers:
-            server.add_generic_rpc_handlers(tuple(handlers))
+        server.add_generic_rpc_handlers(tuple(self._server._engine.grpc_handlers()))  # calls MLServer's service lacks
         return server
 
 

@@ -11,10 +11,7 @@ rendered and handed to the connection)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple
-
-if TYPE_CHECKING:
-    from chariot_support.protocols.request import Answer
+from typing import Any, NamedTuple
 
 STAGES = ("read", "admission", "parse", "queue", "decode", "predict", "results", "write")
 
@@ -51,8 +48,9 @@ class Received(NamedTuple):
     read_end: float
 
 
-def stage_times(received: Received, answer: Answer, ended: float | None = None) -> tuple[float, ...]:
-    """The request's stages (STAGES, in seconds), up to `ended` (time.perf_counter() once the answer was written;
+def stage_times(received: Received, answer: Any, ended: float | None = None) -> tuple[float, ...]:
+    """The stages (STAGES, in seconds) of a request the pipeline answered (`answer`, protocols/request.Answer), up
+    to `ended` (time.perf_counter() once the answer was written;
     None while it is being written, `write` then 0). The time between the pipeline handing the request to the
     runtime and having its answer, less what the runtime measured, is the hand-off (a worker thread waking, a
     parallel worker's pickling and pipe): it counts as queue."""

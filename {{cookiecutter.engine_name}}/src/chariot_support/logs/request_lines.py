@@ -174,8 +174,8 @@ _LINE = "%s %s %s %.1f ms"  # method, path, status, latency
 def _write_line(
     created: float, level: int, args: tuple, fields: dict[str, Any], stages: tuple[float, ...] | None = None
 ) -> None:
-    if stages is not None:
-        fields.update(zip(STAGE_FIELDS, [round(seconds * 1000, 3) for seconds in stages], strict=True))
+    if stages is not None:  # milliseconds to three places (round() of a float to places costs three times this)
+        fields.update(zip(STAGE_FIELDS, [int(seconds * 1e6 + 0.5) / 1000 for seconds in stages], strict=True))
     handler = _own_handler(level)
     if handler is not None:  # the engine's own JSON lines on stdout: written a batch at a time (_write_batch)
         if _batch and _batch[0] is not handler:

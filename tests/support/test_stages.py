@@ -136,31 +136,31 @@ def answered(parsed_at: float, answered_at: float, runtime: RuntimeStages | None
 
 def test_the_stages_add_up_and_the_hand_off_to_the_runtime_is_queue():
     received = Received(started=10.0, admission=0.002, read=0.001, read_end=10.003)
-    runtime = RuntimeStages(0.01, 0.003, 0.02, 0.05, 0.004, images=1, batch=1, executed=True)
+    runtime = RuntimeStages(0.01, 0.003, 0.02, 0.05, 0.004, seconds=0.087, images=1, batch=1, executed=True)
     answer = answered(10.005, 10.1, runtime)  # 95 ms in the runtime's call, of which it measured 87
     stages = dict(zip(STAGES, stage_times(received, answer, ended=10.102), strict=True))
     assert stages == pytest.approx(
         {
-            "read": 0.001,
-            "admission": 0.005,
-            "parse": 0.002,
-            "queue": 0.018,
-            "decode": 0.02,
-            "predict": 0.05,
-            "results": 0.004,
-            "write": 0.002,
+            "read": 1.0,
+            "admission": 5.0,
+            "parse": 2.0,
+            "queue": 18.0,
+            "decode": 20.0,
+            "predict": 50.0,
+            "results": 4.0,
+            "write": 2.0,
         }
     )
-    assert sum(stages.values()) == pytest.approx(10.102 - 10.0)
+    assert sum(stages.values()) == pytest.approx((10.102 - 10.0) * 1000)  # milliseconds, from first byte to written
     assert stage_times(received, answer)[-1] == 0.0  # while the answer is written
-    header = server_timing(stage_times(received, answer), 0.1).decode()
+    header = server_timing(stage_times(received, answer), 100.0).decode()
     assert header.startswith("read;dur=1.000, admission;dur=5.000,") and header.endswith("total;dur=100.000")
 
 
 def test_the_histograms_count_each_stage_into_prometheus_buckets():
     histograms = StageHistograms()
     for seconds in (0.0001, 0.0003, 2.0, 100.0):  # a bucket's bound counts in it; past the last, +Inf only
-        histograms.observe(tuple(seconds * (i + 1) for i in range(len(STAGES))))
+        histograms.observe(tuple(seconds * 1000 * (i + 1) for i in range(len(STAGES))))  # in milliseconds
     text = histograms.exposition().decode()
     assert 'chariot_request_stage_seconds_bucket{le="0.0001",stage="read"} 1.0' in text
     assert 'chariot_request_stage_seconds_bucket{le="0.0005",stage="read"} 2.0' in text
@@ -176,7 +176,7 @@ def test_a_scrape_gets_the_stage_histograms_after_mlservers_metrics():
     import asyncio
 
     histograms = StageHistograms()
-    histograms.observe((0.001,) * len(STAGES))
+    histograms.observe((1.0,) * len(STAGES))
 
     async def metrics(scope, receive, send):
         body = b"# MLServer's own\nmodel_infer_request_success_total 1.0\n"

@@ -224,7 +224,7 @@ class CallLimits(aio.ServerInterceptor):
             message, held.bytes, (waiting, entered, read, reserved) = await self._admit(context, name, self.budget)
             if name == "ModelInfer":
                 admission = (entered - waiting) + (reserved - read)
-                _received.set(Received(started, admission, reserved - started - admission, reserved))
+                _received.set((started, admission, reserved - started - admission, reserved))
         else:
             message = await self._read_small(context, name)
         size = len(message)

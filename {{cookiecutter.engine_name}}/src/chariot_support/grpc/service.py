@@ -28,7 +28,7 @@ from chariot_support.seams.mlserver import (
     to_headers,
     to_metadata,
 )
-from chariot_support.stages.timing import Received, stage_times
+from chariot_support.stages.timing import stage_times
 from chariot_support.triton import messages
 
 SERVICE = "inference.GRPCInferenceService"
@@ -171,8 +171,8 @@ class ChariotInferenceServicer(GRPCInferenceServiceServicer):
     @_aborts_with_status
     async def ModelInfer(self, request: pb.ModelInferRequest, context) -> pb.ModelInferResponse:
         # The message's admission and arrival, as the call limits measured them (none measured: all at once).
-        received = call_received() or Received(now := time.perf_counter(), 0.0, 0.0, now)
-        started, status, answer = received.started, 500, None
+        received = call_received() or (now := time.perf_counter(), 0.0, 0.0, now)
+        started, status, answer = received[0], 500, None
         name = request.model_name
         with request_entry() as entry:
             try:

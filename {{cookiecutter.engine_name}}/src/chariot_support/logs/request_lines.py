@@ -44,8 +44,10 @@ PROBE_CALLS = frozenset(
 # engine lost its readiness (its model stuck, its workers gone) and is logged at ERROR.
 _READINESS_PATHS = re.compile(r"^/(v2/health/ready|ready|v2/models/[^/]+(/versions/[^/]+)?/ready)/?$")
 _ready_once = False
-# Each stage's field in a request's line.
+# Each stage's field in a request's line, and the JSON of all of them, in milliseconds to three places, which the
+# engine's own lines end with: written so, the fields cost a fifth of what json.dumps took for them with the rest.
 STAGE_FIELDS = tuple(f"{stage}_ms" for stage in STAGES)
+_STAGES_JSON = "".join(f', "{field}": %.3f' for field in STAGE_FIELDS) + "}"
 
 
 def engine_ready() -> None:
@@ -141,7 +143,7 @@ def log_request(
     stages: tuple[float, ...] | None = None,
 ) -> None:
     """One request's line: `started` and `ended` are time.perf_counter() (now when None), `stages` an answered
-    inference's (stages/timing.STAGES, seconds), written as fields in milliseconds."""
+    inference's (stages/timing.STAGES, milliseconds), written as fields."""
     latency_ms = round(((time.perf_counter() if ended is None else ended) - started) * 1000, 2)
     if status >= 500:
         level = logging.ERROR
@@ -174,16 +176,17 @@ _LINE = "%s %s %s %.1f ms"  # method, path, status, latency
 def _write_line(
     created: float, level: int, args: tuple, fields: dict[str, Any], stages: tuple[float, ...] | None = None
 ) -> None:
-    if stages is not None:  # milliseconds to three places (round() of a float to places costs three times this)
-        fields.update(zip(STAGE_FIELDS, [int(seconds * 1e6 + 0.5) / 1000 for seconds in stages], strict=True))
     handler = _own_handler(level)
     if handler is not None:  # the engine's own JSON lines on stdout: written a batch at a time (_write_batch)
         if _batch and _batch[0] is not handler:
             _write_batch()
         if not _batch:
             _batch.append(handler)
-        _batch.append(json_line(created, logging.getLevelName(level), requests_logger.name, _LINE % args, fields))
+        line = json_line(created, logging.getLevelName(level), requests_logger.name, _LINE % args, fields)
+        _batch.append(line if stages is None else line[:-1] + _STAGES_JSON % stages)
         return
+    if stages is not None:
+        fields.update(zip(STAGE_FIELDS, [round(ms, 3) for ms in stages], strict=True))
     # Logging set up otherwise (MLSERVER_LOGGING_SETTINGS): a record through its handlers and filters, as any other.
     record = requests_logger.makeRecord(
         requests_logger.name, level, __file__, 0, _LINE, args, None, extra={"fields": fields}

@@ -18,6 +18,7 @@ from typing import Any
 
 from mlserver.errors import MLServerError
 
+from chariot_support.after_answer import afterwards
 from chariot_support.errors import BadRequest, ChariotError, ModelLoading
 from chariot_support.logs.request_lines import id_header, note_request_id
 from chariot_support.memory.budgets import LARGE_BODY
@@ -87,6 +88,7 @@ class Pipeline:
             data_plane.model_name, data_plane.engine.model_version, data_plane.resolve
         )
         self.histograms = StageHistograms()
+        afterwards.at_batch_end(self.histograms.fold_if_many)
         self.stopping = False  # the engine is draining: requests from now on are refused, those in flight answered
         self._in_flight = 0
         self._drained: asyncio.Event | None = None

@@ -52,7 +52,7 @@ from chariot_support.rest.bodies import (
 from chariot_support.seams.metrics import HTTPMetrics
 from chariot_support.seams.uvicorn import ANSWERED
 from chariot_support.settings import EngineSettings
-from chariot_support.stages.timing import Received, server_timing, stage_times
+from chariot_support.stages.timing import server_timing, stage_times
 
 logger = logging.getLogger("chariot_support")
 
@@ -157,8 +157,9 @@ class InferenceFront:
             finally:
                 ended = time.perf_counter()
                 model = match["name"] if kind == "v2" else self.pipeline.model_name
-                answer = entry.get("answer")
-                stages = None if answer is None else stage_times(entry["received"], answer, ended)
+                answer, stages = entry.get("answer"), entry.get("stages")
+                if stages is not None:  # now that the answer is written
+                    stages = (*stages[:-1], (ended - answer.answered_at) * 1000)
                 log_request(
                     protocol="rest",
                     method="POST",
@@ -174,7 +175,7 @@ class InferenceFront:
                     self.metrics.finished("POST", route_template(kind, match), status, ended - started)
                 afterwards.later(
                     self.pipeline.finished,
-                    _model_addressed(kind, match, answer),
+                    _model_addressed(kind, match) if answer is None else answer.model_name,
                     status == 200,
                     ended - started,
                     ended,
@@ -186,8 +187,8 @@ class InferenceFront:
         self, scope, receive, send, kind: str, match: re.Match, raw: dict, headers: dict[str, str], started, entry
     ) -> int:
         """Read the body within its limits, answer it, and send the answer: the status sent (499 when the client
-        left first, or what the connection answered when it cut a slow client). What its stages need goes into
-        `entry`: when the body was admitted and read (`received`), and the pipeline's answer."""
+        left first, or what the connection answered when it cut a slow client). The pipeline's answer and the
+        request's stages up to its writing go into `entry`."""
         if both_framings(raw.items()):
             return await send_error(send, 400, BOTH_FRAMINGS, close=True)
         declared = raw.get(b"content-length", b"")
@@ -248,12 +249,12 @@ class InferenceFront:
         finally:
             if held:
                 budget.release(held)
-        received = entry["received"] = Received(started, admission, arrived - started - admission, arrived)
         entry["answer"] = answer
+        stages = entry["stages"] = stage_times((started, admission, arrived - started - admission, arrived), answer)
         response_headers = [(b"content-type", media_type.encode()), (b"content-length", b"%d" % len(content))]
         response_headers += [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in extra.items()]
-        if self.server_timing:
-            timing = server_timing(stage_times(received, answer), time.perf_counter() - started)
+        if self.server_timing:  # the total: to the answer, which the stages so far add up to
+            timing = server_timing(stages, (answer.answered_at - started) * 1000)
             response_headers.append((b"server-timing", timing))
         await send({"type": "http.response.start", "status": 200, "headers": response_headers})
         await send({"type": "http.response.body", "body": content})
@@ -330,11 +331,9 @@ class InferenceFront:
         return legacy.render(name, answer), "application/json", answer.headers, answer
 
 
-def _model_addressed(kind: str, match: re.Match, answer: Answer | None) -> str | None:
-    """The model a request was sent to, as the client named it (None: the served model, as the root /infer and a
-    legacy path the pipeline never read address it)."""
-    if answer is not None:
-        return answer.model_name
+def _model_addressed(kind: str, match: re.Match) -> str | None:
+    """The model a request the pipeline did not answer was sent to, as the client named it (None: the served model,
+    as the root /infer and a legacy path too broken to name one address it)."""
     if kind == "v2":
         return match["name"]
     if kind == "v1":

@@ -26,8 +26,12 @@ def _duration(count: int, seconds: float) -> dict[str, int]:
     return {"count": count, "ns": round(seconds * 1e9)}
 
 
+def _in_ms(count: int, milliseconds: float) -> dict[str, int]:
+    return {"count": count, "ns": round(milliseconds * 1e6)}
+
+
 class _Batch:
-    """One batch size's predict calls: how many, and their compute stages' seconds."""
+    """One batch size's predict calls: how many, and their compute stages' milliseconds."""
 
     __slots__ = ("count", "input", "infer", "output")
 
@@ -46,15 +50,10 @@ class InferenceStatistics:
         self._resolve = resolve  # the served model's name for a name a client used (pipeline/data_plane.resolve)
         self.success = self.fail = 0
         self.success_s = self.fail_s = 0.0
-        self.queue_s = self.input_s = self.infer_s = self.output_s = 0.0
+        self.queue_ms = self.input_ms = self.infer_ms = self.output_ms = 0.0
         self.inferences = self.executions = 0
         self.batches: dict[int, _Batch] = {}
         self._last: float | None = None  # time.perf_counter() when the last inference ended
-
-    def counts(self, name: str | None) -> bool:
-        """Whether a request sent to the model `name` (None: the served model, as the root /infer addresses it) is
-        this model's."""
-        return name is None or self._resolve(name) == self.model_name
 
     def record(
         self,
@@ -65,9 +64,11 @@ class InferenceStatistics:
         stages: tuple[float, ...] | None,
         runtime: RuntimeStages | None,
     ) -> None:
-        """One inference request to `name`, ended at `ended` (time.perf_counter()) after `seconds`: answered (`ok`),
-        with its `stages` (stages/timing.STAGES) and what the runtime measured of it, or failed."""
-        if not self.counts(name):
+        """One inference request to `name` (None: the served model, as the root /infer addresses it), ended at
+        `ended` (time.perf_counter()) after `seconds`: answered (`ok`), with its `stages` (stages/timing.STAGES,
+        milliseconds) and what the runtime measured of it, or failed. Another model's (a name the engine does not
+        serve) is not counted."""
+        if name is not None and name != self.model_name and self._resolve(name) != self.model_name:
             return
         self._last = ended
         if not ok:
@@ -79,10 +80,10 @@ class InferenceStatistics:
         if stages is None:
             return
         _, admission, _, queue, decode, predict, results, _ = stages
-        self.queue_s += admission + queue
-        self.input_s += decode
-        self.infer_s += predict
-        self.output_s += results
+        self.queue_ms += admission + queue
+        self.input_ms += decode
+        self.infer_ms += predict
+        self.output_ms += results
         if runtime is None:
             return
         self.inferences += runtime.images
@@ -110,10 +111,10 @@ class InferenceStatistics:
             "inference_stats": {
                 "success": _duration(success, self.success_s),
                 "fail": _duration(self.fail, self.fail_s),
-                "queue": _duration(success, self.queue_s),
-                "compute_input": _duration(success, self.input_s),
-                "compute_infer": _duration(success, self.infer_s),
-                "compute_output": _duration(success, self.output_s),
+                "queue": _in_ms(success, self.queue_ms),
+                "compute_input": _in_ms(success, self.input_ms),
+                "compute_infer": _in_ms(success, self.infer_ms),
+                "compute_output": _in_ms(success, self.output_ms),
                 "cache_hit": dict(_NEVER),
                 "cache_miss": dict(_NEVER),
             },
@@ -121,9 +122,9 @@ class InferenceStatistics:
             "batch_stats": [
                 {
                     "batch_size": size,
-                    "compute_input": _duration(batch.count, batch.input),
-                    "compute_infer": _duration(batch.count, batch.infer),
-                    "compute_output": _duration(batch.count, batch.output),
+                    "compute_input": _in_ms(batch.count, batch.input),
+                    "compute_infer": _in_ms(batch.count, batch.infer),
+                    "compute_output": _in_ms(batch.count, batch.output),
                 }
                 for size, batch in sorted(self.batches.items())
                 if batch.count

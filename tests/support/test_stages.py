@@ -18,7 +18,7 @@ from chariot_support.logs import request_lines
 from chariot_support.model.tasks import TaskType
 from chariot_support.protocols.request import Answer, Answered
 from chariot_support.stages.histograms import BUCKETS, StageHistograms, WithStageHistograms
-from chariot_support.stages.timing import STAGES, Received, RuntimeStages, server_timing, stage_times
+from chariot_support.stages.timing import STAGES, RuntimeStages, server_timing, stage_times
 from client_checks import run_checks
 
 V2 = "/v2/models/m-demo/infer"
@@ -135,7 +135,7 @@ def answered(parsed_at: float, answered_at: float, runtime: RuntimeStages | None
 
 
 def test_the_stages_add_up_and_the_hand_off_to_the_runtime_is_queue():
-    received = Received(started=10.0, admission=0.002, read=0.001, read_end=10.003)
+    received = (10.0, 0.002, 0.001, 10.003)  # started, admission, read, and when the body had arrived
     runtime = RuntimeStages(0.01, 0.003, 0.02, 0.05, 0.004, seconds=0.087, images=1, batch=1, executed=True)
     answer = answered(10.005, 10.1, runtime)  # 95 ms in the runtime's call, of which it measured 87
     stages = dict(zip(STAGES, stage_times(received, answer, ended=10.102), strict=True))

@@ -49,7 +49,8 @@ def test_the_configuration_follows_batching_workers_copies_and_gpus():
 
 def test_statistics_count_requests_images_and_each_batch_once():
     names = {"m-demo": "m-demo", "m-deployed": "m-demo", "m-other": "m-other"}
-    stats = InferenceStatistics("m-demo", "1", names.__getitem__)
+    answered: list = []  # what the stage histograms are handed: the answered requests' stages
+    stats = InferenceStatistics("m-demo", "1", names.__getitem__, answered.append)
     stages = (1.0, 2.0, 1.0, 3.0, 4.0, 5.0, 2.0, 1.0)  # milliseconds, as the transports hand them
     # Two requests in one predict of three images (the first ran it), and one alone.
     runtime = RuntimeStages(0.003, 0.0, 0.004, 0.005, 0.002, seconds=0.014, images=2, batch=3, executed=True)
@@ -58,6 +59,7 @@ def test_statistics_count_requests_images_and_each_batch_once():
     stats.record(None, True, 0.01, 5.0, stages, runtime._replace(images=1, batch=1))
     stats.record("m-demo", False, 0.5, 5.0, None, None)
     stats.record("m-other", False, 0.5, 5.0, None, None)  # another model's: not this one's
+    assert answered == [stages] * 3
     got = stats.model_stats("m-deployed")
     assert got["name"] == "m-deployed" and got["version"] == "1"
     assert (got["inference_count"], got["execution_count"]) == (4, 2)

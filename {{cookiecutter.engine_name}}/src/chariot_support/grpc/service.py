@@ -215,7 +215,9 @@ class ChariotInferenceServicer(GRPCInferenceServiceServicer):
                     stages=stages,
                 )
                 runtime = None if answer is None else answer.answered.stages
-                afterwards.later(self._pipeline.finished, name, status == 200, ended - started, ended, stages, runtime)
+                afterwards.later(
+                    self._pipeline.statistics.record, name, status == 200, ended - started, ended, stages, runtime
+                )
         if answer.headers:  # the request id and CloudEvents headers, which REST sends as response headers
             context.set_trailing_metadata(to_metadata(answer.headers))
         return response

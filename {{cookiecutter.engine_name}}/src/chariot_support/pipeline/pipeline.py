@@ -32,7 +32,6 @@ from chariot_support.seams.mlserver import (
     unwrap_worker_error,
 )
 from chariot_support.stages.histograms import StageHistograms
-from chariot_support.stages.timing import RuntimeStages
 from chariot_support.triton.statistics import InferenceStatistics
 
 # What an engine answers with a status code: its own errors, and MLServer's (a model not found, not ready...).
@@ -83,12 +82,14 @@ class Pipeline:
     def __init__(self, data_plane: Any, inner: Any):
         self.data_plane = data_plane
         self._inner = inner
-        # Every inference request's stages, counted after its answer, whichever transport and worker served it.
-        self.statistics = InferenceStatistics(
-            data_plane.model_name, data_plane.engine.model_version, data_plane.resolve
-        )
+        # Every inference request, counted after its answer by the transport that served it (statistics.record, by
+        # the thread that does requests' work after their answers), whichever worker served it: in Triton's
+        # statistics, and the answered ones' stages in the histograms.
         self.histograms = StageHistograms()
         afterwards.at_batch_end(self.histograms.fold_if_many)
+        self.statistics = InferenceStatistics(
+            data_plane.model_name, data_plane.engine.model_version, data_plane.resolve, self.histograms.observe
+        )
         self.stopping = False  # the engine is draining: requests from now on are refused, those in flight answered
         self._in_flight = 0
         self._drained: asyncio.Event | None = None
@@ -104,22 +105,6 @@ class Pipeline:
             except TimeoutError:
                 pass
         return self._in_flight
-
-    def finished(
-        self,
-        name: str | None,
-        ok: bool,
-        seconds: float,
-        ended: float,
-        stages: tuple[float, ...] | None,
-        runtime: RuntimeStages | None,
-    ) -> None:
-        """Count an inference request to the model `name` (None: the served one) once it is answered: in Triton's
-        statistics and, answered, its stages in the histograms. Called by the thread that does requests' work after
-        their answers (after_answer.py), never on the way to the answer."""
-        self.statistics.record(name, ok, seconds, ended, stages, runtime)
-        if stages is not None:
-            self.histograms.observe(stages)
 
     @property
     def model_name(self) -> str:

@@ -174,7 +174,7 @@ class InferenceFront:
                 if self.metrics is not None:
                     self.metrics.finished("POST", route_template(kind, match), status, ended - started)
                 afterwards.later(
-                    self.pipeline.finished,
+                    self.pipeline.statistics.record,
                     _model_addressed(kind, match) if answer is None else answer.model_name,
                     status == 200,
                     ended - started,

@@ -44,10 +44,17 @@ class InferenceStatistics:
     """The served model's statistics. `record` is called by the thread that does requests' work after their answers;
     `model_stats` reads them under that thread's lock (after_answer.Afterwards.snapshot)."""
 
-    def __init__(self, model_name: str, version: str, resolve: Callable[[str], str]):
+    def __init__(
+        self,
+        model_name: str,
+        version: str,
+        resolve: Callable[[str], str],
+        answered: Callable[[tuple[float, ...]], object] | None = None,
+    ):
         self.model_name = model_name
         self.version = version
         self._resolve = resolve  # the served model's name for a name a client used (pipeline/data_plane.resolve)
+        self._answered = answered  # handed each answered request's stages too (the stage histograms)
         self.success = self.fail = 0
         self.success_s = self.fail_s = 0.0
         self.queue_ms = self.input_ms = self.infer_ms = self.output_ms = 0.0
@@ -79,6 +86,8 @@ class InferenceStatistics:
         self.success_s += seconds
         if stages is None:
             return
+        if self._answered is not None:
+            self._answered(stages)
         _, admission, _, queue, decode, predict, results, _ = stages
         self.queue_ms += admission + queue
         self.input_ms += decode

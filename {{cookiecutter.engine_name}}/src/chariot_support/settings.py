@@ -52,6 +52,9 @@ class EngineSettings:
     # (health included) is answered while one runs.
     predict_inline: bool = _setting("CHARIOT_PREDICT_INLINE", False)
     log_level: str = _setting("CHARIOT_LOG_LEVEL", "INFO", choices=LOG_LEVELS)
+    # Each REST inference answer's stages (read, parse, queue, decode, predict...) in a Server-Timing header, which
+    # browsers' developer tools show; off, the answer goes without it.
+    server_timing: bool = _setting("CHARIOT_SERVER_TIMING", True)
     # Warm-up: before the engine says ready, each copy of the model (in each parallel worker) predicts on warm-up
     # pictures once per batch size batching uses, so that the first request does not pay for the model's first call.
     # The pictures are those in CHARIOT_WARMUP_IMAGES (a folder) when set, else what the model's `warmup` gives, else

@@ -213,3 +213,21 @@ def test_ci_steps_pass_on_a_fresh_bake(engines, world_readable_dir):
         assert result.returncode == 0, f"`{step}` failed:\n{result.stdout[-4000:]}{result.stderr[-3000:]}"
     assert re.search(r"\d+ passed", result.stdout) and "skipped" not in result.stdout.splitlines()[-1]
     assert (root / ".venv").is_dir() and not list(environment.glob("lib/python*/site-packages/mlserver"))
+
+
+def test_the_template_scripts_name_only_files_the_template_has():
+    """Every file of the template's engine folder or of the template that a script in scripts/ or .ci/run reads by
+    its path exists: a script that still reads a file the template has dropped fails only where it runs (CI's last
+    steps), long after the change."""
+    missing = []
+    for script in [*(TEMPLATE_ROOT / "scripts").iterdir(), TEMPLATE_ROOT / ".ci" / "run"]:
+        if not script.is_file() or script.suffix == ".pyc":
+            continue
+        text = script.read_text()
+        for path in re.findall(r"\{\{cookiecutter\.engine_name\}\}/[\w./-]*\w", text):
+            if not (TEMPLATE_ROOT / path).exists():
+                missing.append(f"{script.name}: {path}")
+        for path in re.findall(r"(?<![\w./-])((?:scripts|bench|requirements)[\w./-]*\.(?:txt|py))\b", text):
+            if not (TEMPLATE_ROOT / path).exists():
+                missing.append(f"{script.name}: {path}")
+    assert not missing, missing

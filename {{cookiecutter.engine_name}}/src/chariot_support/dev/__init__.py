@@ -1,2 +1,3 @@
-"""For an engine's developer, not its server: test helpers, the checks every model is held to, and the dependency
-commands (`python -m chariot_support.dev.deps`)."""
+"""For an engine's developer, not its server: test helpers, the checks every model is held to, the dependency
+commands (`python -m chariot_support.dev.deps`), and the reference tables docs/ carries, written from the code
+(`python -m chariot_support.dev.reference`)."""

@@ -280,9 +280,11 @@ def test_a_package_with_over_tight_pins_is_explained_in_full_with_the_newest_ver
         f"  torch<2.3.0,>=2.2.0: constraints.txt pins {torch} (it can move: --release torch)",
         "  torchvision<0.18.0,>=0.17.0: pyproject.toml requires torchvision==0.24.1 (yours: change it there)",
     ], failed.stderr
-    readme = (root / "README.md").read_text()
+    page = (root / "docs" / "dependencies.md").read_text()
     shown = [line for line in failed.stderr.splitlines() if line.startswith(("  numpy", "  Pillow", "The newest"))]
-    assert len(shown) == 3 and all(line in readme for line in shown), "the README's example is not what deps prints"
+    assert len(shown) == 3 and all(line in page for line in shown), (
+        "docs/dependencies.md's example is not what deps prints"
+    )
     suggested = re.search(r"The newest facenet-pytorch that fits, with every pin as it is: (\S+)\. `([^`]+)`", refused)
     assert suggested and suggested[1] == "2.5.3", refused
     assert "--override numpy --override pillow" in refused and "test your model" in refused

@@ -28,7 +28,7 @@ def cuda_note(resolution: Resolution, pyproject: Path) -> list[str]:
     return [
         f"torch: {resolution.pins['torch']} is PyPI's Linux build, the CUDA one: it brings {brings}, several GB in"
         " the image (an engine's environment measured 5.8 GB with the CUDA build, 1.35 GB with the CPU-only one: the"
-        ' README\'s "torch, CPU or CUDA"). It runs on CPUs too. For a GPU node keep it (`--torch cuda` says so); for'
+        ' docs/dependencies.md, "torch, CPU or CUDA"). It runs on CPUs too. For a GPU node keep it (`--torch cuda` says so); for'
         " CPUs only, take the CPU-only build from PyTorch's own index:"
         f" `{COMMAND} lock --torch cpu`."
     ]

@@ -3,6 +3,8 @@ every code fence closed, every relative link and picture pointing at a file (ins
 pages) and at a heading where it names one, under both sites' anchors; no raw HTML, which both would hide; table
 rows with their header's cells. The two READMEs stay short enough to read as a way in."""
 
+import functools
+import os
 import re
 from pathlib import Path
 
@@ -61,6 +63,7 @@ def paragraphs(lines: list[tuple[int, str]]) -> list[tuple[int, str]]:
     return [(run[0][0], "\n".join(line for _, line in run)) for run in runs]
 
 
+@functools.cache
 def slugs(text: str) -> tuple[set[str], set[str]]:
     """The anchors GitHub and GitLab give the headings of `text`."""
     github, gitlab = [], []
@@ -121,12 +124,11 @@ def link_problems(target: str, path: Path, root: Path) -> list[str]:
 
 def markdown(root: Path) -> list[Path]:
     """Every Markdown file under `root` a person reads, leaving out tools' folders (venvs, builds, caches)."""
-    skipped = {"build", "node_modules", "out"}
-    return sorted(
-        p
-        for p in root.rglob("*.md")
-        if not any(part.startswith(".") or part in skipped for part in p.relative_to(root).parts[:-1])
-    )
+    found = []
+    for folder, folders, files in os.walk(root):
+        folders[:] = [f for f in folders if not f.startswith(".") and f not in ("build", "node_modules", "out")]
+        found += [Path(folder) / f for f in files if f.endswith(".md")]
+    return sorted(found)
 
 
 def test_the_checks_find_what_would_not_render(tmp_path):

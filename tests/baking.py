@@ -13,8 +13,9 @@ from template_paths import TEMPLATE_ROOT
 
 # Each task type's name, and the folder of its files in the template (`_tasks/<slug>`).
 TASKS = {task.value: task.value.lower().replace(" ", "_") for task in TaskType}
-# One task bakes under unusual names, so derived names are exercised beyond the defaults.
-ANSWERS = {"Image Segmentation": {"engine_name": "road-damage-2", "model_id": "0a1b2c-seg"}}
+# One task bakes under unusual names and the other Python, so derived names and the python_version answer are
+# exercised beyond the defaults.
+ANSWERS = {"Image Segmentation": {"engine_name": "road-damage-2", "model_id": "0a1b2c-seg", "python_version": "3.12"}}
 
 
 def bake(task: str, output_dir: Path) -> Path:

@@ -56,10 +56,18 @@ def last(stage: list[Instruction], keyword: str) -> Instruction | None:
     return found[-1] if found else None
 
 
+def run_flags(run: str) -> tuple[list[str], str]:
+    """A RUN instruction's own flags (`--mount=type=cache,target=...`), and the command after them."""
+    words = run.split()
+    count = next((i for i, word in enumerate(words) if not word.startswith("--")), len(words))
+    return words[:count], run.split(None, count)[-1] if count else run
+
+
 def commands(run: str) -> list[list[str]]:
-    """The commands of a RUN instruction, each as its words (a quoted word, such as python -c code, kept whole)."""
+    """The commands of a RUN instruction, each as its words (a quoted word, such as python -c code, kept whole); the
+    instruction's own flags (`--mount=...`) are not a command's."""
     found: list[list[str]] = [[]]
-    for word in shlex.split(run):
+    for word in shlex.split(run_flags(run)[1]):
         if word in {"&&", "||", ";"}:
             found.append([])
         else:
@@ -78,7 +86,7 @@ def env_of(stage: list[Instruction]) -> dict[str, str]:
     return values
 
 
-def uv_installs(stages: list[list[Instruction]]) -> list[list[str]]:
-    """The `uv pip install` commands the Dockerfile runs to install the engine, in order."""
-    runs = [args for stage in stages for i in stage if i.keyword == "RUN" for args in commands(i.args)]
-    return [args for args in runs if args[:3] == ["uv", "pip", "install"]]
+def uv_syncs(stages: list[list[Instruction]]) -> list[tuple[Instruction, list[str]]]:
+    """The `uv sync` commands the Dockerfile runs to install the engine, in order, each with its RUN instruction."""
+    runs = [(i, args) for stage in stages for i in stage if i.keyword == "RUN" for args in commands(i.args)]
+    return [(i, args) for i, args in runs if args[:2] == ["uv", "sync"]]

@@ -22,7 +22,9 @@ from template_paths import SUPPORT_SRC, TEMPLATE_ROOT
 BENCH = TEMPLATE_ROOT / "bench"
 JSON = {"Content-Type": "application/json"}
 sys.path.insert(0, str(BENCH))
+sys.path.insert(0, str(TEMPLATE_ROOT / "scripts"))
 
+import engine_pins  # noqa: E402
 import load  # noqa: E402
 import peers  # noqa: E402
 import report  # noqa: E402
@@ -290,9 +292,7 @@ def test_the_peers_shared_work_answers_what_the_baseline_finds(baseline):
 
 
 def test_each_peer_lock_pins_every_package_and_the_peer_and_the_demos_needs_at_the_engines_versions():
-    engine = dict(
-        line.split("==") for line in peers.pins(TEMPLATE_ROOT / "{{cookiecutter.engine_name}}/constraints.txt")
-    )
+    engine = dict(line.split("==") for line in engine_pins.pins())
     for peer in peers.PEERS.values():
         lines = peers.pins(peer.requirements)
         assert lines and all(re.fullmatch(r"[A-Za-z0-9._-]+==[A-Za-z0-9.+!-]+", line) for line in lines), peer.name

@@ -41,10 +41,10 @@ def test_the_ci_step_evaluates_the_baked_engine_on_a_held_back_set_asking_its_mo
     root = Path(shutil.copytree(baked("Image Segmentation"), tmp_path / "engine"))
     step = evaluation_step(root)
     install, command = step["run"].strip().splitlines()
-    assert install == "uv pip install -c constraints.txt -e '.[eval]'"
-    assert command == "python -m chariot_support.evaluate evaluation-data/instances.json --min mAP=0.5"
+    assert install == "uv sync --group eval"
+    assert command == "uv run python -m chariot_support.evaluate evaluation-data/instances.json --min mAP=0.5"
     coco(root / "evaluation-data", scenes(3, seed=2), masks="polygon")
-    result = evaluate(root, *command.split()[3:])
+    result = evaluate(root, *command.split()[5:])
     assert result.returncode == 0, result.stdout + result.stderr
     assert "starting road_damage_2" in result.stderr  # the baked engine's own package, found beside chariot_support
     metrics = json.loads((root / "evaluation" / "metrics.json").read_text())
@@ -76,17 +76,12 @@ def test_the_evaluation_page_shows_a_real_runs_picture_and_the_readme_the_comman
     assert command in (root / "README.md").read_text() and command in page
 
 
-def test_the_evaluation_extra_stays_out_of_the_image(baked):
+def test_the_evaluation_group_is_pinned_and_only_installed_when_asked_for(baked):
+    """The eval group's tools are pinned exactly, and neither `uv sync` (which installs the dev group) nor the image
+    (test_container.py runs its install) takes them unless asked: eval is not a default group."""
     import tomllib
 
-    root = Path(baked("Object Detection"))
-    project = tomllib.loads((root / "pyproject.toml").read_text())["project"]
-    extra = project["optional-dependencies"]["eval"]
-    assert any(r.startswith("valor-lite==") for r in extra) and all("==" in r for r in extra)
-    assert not {r.split("==")[0] for r in extra} & {re.split(r"[=<>]", r)[0] for r in project["dependencies"]}
-    # The image installs pyproject's `dependencies` (uv's `-r pyproject.toml` without --extra) and then the engine
-    # itself, never with an extra.
-    dockerfile = (root / "Dockerfile").read_text()
-    assert "uv pip install -c constraints.txt -r pyproject.toml\n" in dockerfile
-    assert "[eval]" not in dockerfile and ".[" not in dockerfile and "--extra" not in dockerfile
-    assert "--all-extras" not in dockerfile
+    project = tomllib.loads((Path(baked("Object Detection")) / "pyproject.toml").read_text())
+    group = project["dependency-groups"]["eval"]
+    assert any(r.startswith("valor-lite==") for r in group) and all("==" in r for r in group)
+    assert "eval" not in project["tool"]["uv"].get("default-groups", ["dev"])

@@ -15,8 +15,7 @@ import tomllib
 import yaml
 from cookiecutter.main import cookiecutter
 
-from chariot_support.dev.deps import find_uv
-from template_paths import TEMPLATE_ROOT
+from template_paths import TEMPLATE_ROOT, uv
 
 TASKS = [
     "Image Classification",
@@ -59,6 +58,12 @@ def run_steps(root: Path) -> list[str]:
     return [step["run"] for step in workflow_steps(root) if "run" in step]
 
 
+def job_env(root: Path) -> dict[str, str]:
+    workflow = yaml.safe_load((root / ".github" / "workflows" / "ci.yml").read_text())
+    (job,) = workflow["jobs"].values()
+    return {k: str(v) for k, v in job.get("env", {}).items()}
+
+
 @pytest.mark.parametrize("command", [["check", "."], ["format", "--check", "."]], ids=["check", "format"])
 def test_the_template_repository_passes_ruff_as_it_is(command):
     """Tool configuration holds no Jinja, so ruff reads the whole repository in place, the engine folder (with the
@@ -93,17 +98,18 @@ def test_ci_python_is_the_image_python(engines):
 def test_ci_runs_the_readme_commands(engines):
     root = engines["Object Detection"]
     readme = (root / "README.md").read_text()
+    testing = (root / "docs" / "testing.md").read_text()  # "Lint and CI" and "Weights in CI"
     steps = {step["name"]: step["run"] for step in workflow_steps(root) if "run" in step}
-    fetch = steps.pop("Fetch the model's files")  # docs/testing.md, "Weights in CI": test_the_weights_step_... runs it
-    assert (
-        "gh release download" in fetch
-        and "\ngh variable set MODEL_RELEASE " in (root / "docs" / "testing.md").read_text()
-    )
+    fetch = steps.pop("Fetch the model's files")  # test_the_weights_step_... runs it
+    assert "gh release download" in fetch and "\ngh variable set MODEL_RELEASE " in testing
     steps = list(steps.values())
     kinds = [shlex.split(step)[0] for step in steps]
-    assert kinds == ["pip", "ruff", "ruff", "pytest", "docker"], steps
+    assert kinds == ["pip", "uv", "uv", "uv", "docker"], steps
+    assert job_env(root) == {"UV_LOCKED": "1"}, "CI's uv commands fail, rather than lock again, on a stale uv.lock"
     for step in steps[:-1]:
-        assert f"`{step}`" in readme or f"\n{step}\n" in readme, f"CI runs `{step}`, which the README does not give"
+        assert f"`{step}`" in testing or f"\n{step}\n" in testing, (
+            f"CI runs `{step}`, which docs/testing.md does not give"
+        )
     build = shlex.split(steps[-1])
     assert build[:3] == ["docker", "build", "-t"] and build[-1] == "."
     assert build[3].split(":")[0].rsplit("/", 1)[-1] == root.name
@@ -147,12 +153,31 @@ def test_the_weights_step_fetches_the_release_into_model_dir_and_says_when_none_
 
 
 @pytest.mark.bake
+def test_the_engine_installs_the_uv_the_template_tests_with(engines):
+    """The README, the page on CI, the CI workflow and the Dockerfile install one uv, the version requirements-dev.txt
+    pins."""
+    pin = re.search(r"^uv==\S+$", (TEMPLATE_ROOT / "requirements-dev.txt").read_text(), re.M)[0]
+    root = engines["Object Detection"]
+    for name in ("README.md", "docs/testing.md", ".github/workflows/ci.yml", "Dockerfile"):
+        named = set(re.findall(r"\buv==[0-9][^\s'\"`]*", (root / name).read_text()))
+        assert named == {pin}, f"{name} installs {sorted(named)}, the template tests with {pin}"
+
+
+@pytest.mark.bake
+def test_dependabot_updates_the_lock_and_the_workflows_actions(engines):
+    config = yaml.safe_load((engines["Object Detection"] / ".github" / "dependabot.yml").read_text())
+    updates = {update["package-ecosystem"]: update for update in config["updates"]}
+    assert config["version"] == 2 and set(updates) == {"uv", "github-actions"}
+    assert updates["uv"]["directory"] == "/" and updates["uv"]["versioning-strategy"] == "lockfile-only"
+
+
+@pytest.mark.bake
 def test_pre_commit_runs_the_pinned_ruff(engines):
     root = engines["Object Detection"]
     config = yaml.safe_load((root / ".pre-commit-config.yaml").read_text())
     (repo,) = config["repos"]
     assert repo["repo"] == "https://github.com/astral-sh/ruff-pre-commit"
-    pinned = [r for r in pyproject(root)["project"]["optional-dependencies"]["test"] if r.startswith("ruff==")]
+    pinned = [r for r in pyproject(root)["dependency-groups"]["dev"] if r.startswith("ruff==")]
     assert pinned == [f"ruff=={repo['rev'].removeprefix('v')}"], "pre-commit and pyproject.toml pin different ruffs"
     assert [hook["id"] for hook in repo["hooks"]] == ["ruff-check", "ruff-format"]
 
@@ -169,16 +194,21 @@ def world_readable_dir():
 
 @pytest.mark.bake
 def test_ci_steps_pass_on_a_fresh_bake(engines, world_readable_dir):
-    """Every step of the CI workflow but the image build (no Docker engine here), run as CI runs them."""
-    root = engines["Object Detection"]
-    environment = world_readable_dir / "venv"
+    """Every step of the CI workflow but the image build (no Docker engine here), run as CI runs them, with the job's
+    environment: uv installs the engine from its lock into .venv, and its lint and tests pass there."""
+    root = Path(shutil.copytree(engines["Object Detection"], world_readable_dir / "engine"))
+    environment = world_readable_dir / "python"
     # A Python with pip, as CI's setup-python step leaves it (uv seeds pip from its cache; ensurepip would compile it).
-    seed = [find_uv(), "venv", "--quiet", "--seed", "--python", sys.executable, str(environment)]
+    seed = [uv(), "venv", "--quiet", "--seed", "--python", sys.executable, str(environment)]
     subprocess.run(seed, check=True, capture_output=True, timeout=300)
     # As on CI's runner: no PYTHONDONTWRITEBYTECODE either, so the test step's imports are compiled once, not again
-    # in the engine it starts.
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "PYTHONDONTWRITEBYTECODE")}
-    env.update(PATH=f"{environment / 'bin'}{os.pathsep}{env['PATH']}", VIRTUAL_ENV=str(environment))
+    # in the engine it starts; and no setting of uv's but the job's.
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("PYTHONPATH", "PYTHONHOME", "PYTHONDONTWRITEBYTECODE", "VIRTUAL_ENV") and not k.startswith("UV_")
+    }
+    env.update(job_env(root), PATH=f"{environment / 'bin'}{os.pathsep}{env['PATH']}")
     env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
     steps = run_steps(root)
     assert steps[-1].startswith("docker build")
@@ -186,3 +216,4 @@ def test_ci_steps_pass_on_a_fresh_bake(engines, world_readable_dir):
         result = subprocess.run(step, shell=True, cwd=root, env=env, capture_output=True, text=True, timeout=900)
         assert result.returncode == 0, f"`{step}` failed:\n{result.stdout[-4000:]}{result.stderr[-3000:]}"
     assert re.search(r"\d+ passed", result.stdout) and "skipped" not in result.stdout.splitlines()[-1]
+    assert (root / ".venv").is_dir() and not list(environment.glob("lib/python*/site-packages/mlserver"))

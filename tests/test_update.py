@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import tomllib
 
-from template_paths import ENGINE_TEMPLATE, TEMPLATE_ROOT
+from template_paths import ENGINE_TEMPLATE, TEMPLATE_ROOT, uv
 
 pytestmark = pytest.mark.bake
 
@@ -124,12 +124,21 @@ def cruft_engine(template: Path, answers: dict[str, str], tmp_path: Path, env: d
     return engine
 
 
-def test_cruft_update_brings_template_changes_and_keeps_the_users_model_and_dependencies(tmp_path, isolated):
-    """The user's model and a dependency `deps add` wrote (below the comment closing the template's dependencies)
-    stay through an update that changes the support package, the README, the demo and the template's own
-    dependencies: the two dependency lists merge without a conflict."""
-    from chariot_support.dev.deps import add_dependency
+def uv_run(engine: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [uv(), *args], cwd=engine, env=env_without_uv(env), capture_output=True, text=True, timeout=300
+    )
 
+
+def locked(engine: Path) -> dict[str, str]:
+    return {p["name"]: p["version"] for p in tomllib.loads((engine / "uv.lock").read_text())["package"]}
+
+
+def test_cruft_update_brings_template_changes_and_keeps_the_users_model_and_dependencies(tmp_path, isolated):
+    """The user's model and a dependency `uv add` wrote (below the comment closing the template's dependencies)
+    stay through an update that changes the support package, the README, the demo and the template's own
+    dependencies: the two dependency lists merge without a conflict, uv.lock is left as the engine had it, and
+    `uv lock` then locks the merged pyproject.toml, moving nothing else."""
     assert importlib.util.find_spec("cruft"), "cruft is not installed here: pip install -r requirements-dev.txt"
     template = template_repository(tmp_path, isolated)
     engine = cruft_engine(template, {"engine_name": "road-sign", "task_type": "Object Detection"}, tmp_path, isolated)
@@ -139,8 +148,10 @@ def test_cruft_update_brings_template_changes_and_keeps_the_users_model_and_depe
     # The user puts their model in, as the README tells them to, and a dependency of it.
     users_model = model_path.read_text().replace('"""', '"""Road signs, found by our own network.\n\n', 1)
     model_path.write_text(users_model)
-    assert add_dependency(engine / "pyproject.toml", "onnxruntime==1.32.0")
+    added = uv_run(engine, isolated, "add", "--no-sync", "onnxruntime==1.32.0")
+    assert added.returncode == 0, added.stderr
     commit(engine, "our model", isolated)
+    ours = (engine / "uv.lock").read_bytes()
 
     # The template moves on: the support package, the README and the demo model all change.
     support = template / ENGINE_TEMPLATE.name / "src" / "chariot_support" / "__init__.py"
@@ -181,6 +192,14 @@ def test_cruft_update_brings_template_changes_and_keeps_the_users_model_and_depe
         "src/chariot_support/__init__.py",
     ]
     run([*CRUFT, "check"], engine, isolated)
+    # uv.lock is the engine's own: never merged; the README's step after an update locks the merged pyproject.toml.
+    assert (engine / "uv.lock").read_bytes() == ours
+    assert uv_run(engine, isolated, "lock", "--check").returncode == 1, "the lock lacks the template's zstandard"
+    before = locked(engine)
+    relocked = uv_run(engine, isolated, "lock")
+    assert relocked.returncode == 0, relocked.stderr
+    after = locked(engine)
+    assert after.pop("zstandard") == "0.25.0" and after == before, "locking again moved what it did not need to"
 
 
 def test_baking_again_over_an_engine_keeps_the_users_model(tmp_path, isolated):
@@ -374,3 +393,60 @@ def test_an_engine_baked_from_the_flat_layout_updates_and_its_own_suite_stays_gr
     )
     assert suite.returncode == 0, suite.stdout[-4000:] + suite.stderr[-2000:]
     assert "is now chariot_support.model.demo" in suite.stdout, "the old module name should say where it went"
+
+
+# The last template commit before engines were uv projects (constraints.txt, and the `deps` commands that wrote it).
+BEFORE_UV_LOCK = "49777e4"
+
+
+def test_an_engine_from_before_uv_lock_moves_to_it_with_the_readmes_step_keeping_its_own_pins(tmp_path, isolated):
+    """An engine whose dependency command added a package (to pyproject.toml, below the template's, and to
+    constraints.txt) updates to this template: the update cannot place the template's new dependency section beside
+    the engine's own lines (pyproject.toml.rej) nor delete the constraints.txt the engine changed, and the update
+    check names both. With pyproject.toml resolved as the README says (the template's section, the engine's
+    dependency below its closing comment), `git rm constraints.txt && uv lock` locks the engine's pin."""
+    template = template_at(BEFORE_UV_LOCK, tmp_path / "template", isolated)
+    engine = cruft_engine(template, {"engine_name": "road-sign", "task_type": "Object Detection"}, tmp_path, isolated)
+    pyproject = engine / "pyproject.toml"
+    closing = "    # puts them there), where template updates (cruft update) do not write.\n"
+    assert closing in pyproject.read_text()
+    pyproject.write_text(pyproject.read_text().replace(closing, closing + '    "six==1.17.0",\n'))
+    with (engine / "constraints.txt").open("a") as constraints:  # what `deps add six==1.17.0` wrote there
+        constraints.write("six==1.17.0\n")
+    commit(engine, "our dependency", isolated)
+
+    move_on(template, isolated)
+    run([*CRUFT, "update", "--skip-apply-ask"], engine, isolated)
+    check = [sys.executable, "-m", "chariot_support.dev.update_check"]
+    env = {**isolated, "PYTHONPATH": str(engine / "src")}
+    left = subprocess.run(check, cwd=engine, env=env, capture_output=True, text=True, timeout=60)
+    assert left.returncode == 1, left.stdout
+    assert "  constraints.txt: the versions engines kept before they were uv projects" in left.stdout
+    assert "  pyproject.toml.rej: the template's changes to pyproject.toml that could not be applied" in left.stdout
+    assert "`git rm constraints.txt && uv lock`" in left.stdout
+
+    # Resolved by hand: the template's pyproject.toml for this engine, the engine's own dependency below the comment.
+    answers = {"engine_name": "road-sign", "task_type": "Object Detection"}
+    fresh = Path(cookiecutter_bake(answers, tmp_path / "fresh")) / "pyproject.toml"
+    closing = "    # where template updates (cruft update) do not write.\n"
+    pyproject.write_text(fresh.read_text().replace(closing, closing + '    "six==1.17.0",\n'))
+    (engine / "pyproject.toml.rej").unlink()
+    assert uv_run(engine, isolated, "lock", "--check").returncode == 1, "the template's lock lacks the engine's six"
+    run(["bash", "-c", "git rm -q constraints.txt && uv lock"], engine, {**env_without_uv(isolated), "PATH": uv_path()})
+    assert locked(engine)["six"] == "1.17.0" and uv_run(engine, isolated, "lock", "--check").returncode == 0
+    clean = subprocess.run(check, cwd=engine, env=env, capture_output=True, text=True, timeout=60)
+    assert clean.returncode == 0, clean.stdout
+
+
+def cookiecutter_bake(answers: dict[str, str], out: Path) -> str:
+    from cookiecutter.main import cookiecutter
+
+    return cookiecutter(str(TEMPLATE_ROOT), no_input=True, extra_context=answers, output_dir=str(out))
+
+
+def env_without_uv(env: dict[str, str]) -> dict[str, str]:
+    return {k: v for k, v in env.items() if not k.startswith("UV_")}
+
+
+def uv_path() -> str:
+    return os.pathsep.join([str(Path(uv()).parent), os.environ["PATH"]])

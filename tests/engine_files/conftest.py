@@ -1,5 +1,5 @@
-"""The files every baked engine carries (Dockerfile, constraints, deployment manifests), checked on a freshly baked
-default engine, and that engine serving its demo model."""
+"""The files every baked engine carries (Dockerfile, deployment manifests), checked on a freshly baked default engine,
+and that engine serving its demo model."""
 
 from pathlib import Path
 

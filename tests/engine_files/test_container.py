@@ -1,6 +1,7 @@
 """The container recipe, checked without a Docker engine: the Dockerfile is parsed and held to what the engine and
-its tests do (start command, ports, health path, Python version), constraints.txt to pyproject.toml, and the
-HEALTHCHECK command is run against the real engine."""
+its tests do (start command, ports, health path, Python version) and to uv's Docker guide, its install commands are
+run (the engine and its run-time dependencies from uv.lock, nothing else) and the result serves, and the HEALTHCHECK
+command is run against the real engine."""
 
 from __future__ import annotations
 
@@ -20,27 +21,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tomllib
-
-try:
-    from packaging.requirements import Requirement
-    from packaging.specifiers import SpecifierSet
-    from packaging.utils import canonicalize_name
-    from packaging.version import Version
-except ImportError:  # packaging is pinned in constraints.txt, but pip always carries a copy
-    from pip._vendor.packaging.requirements import Requirement
-    from pip._vendor.packaging.specifiers import SpecifierSet
-    from pip._vendor.packaging.utils import canonicalize_name
-    from pip._vendor.packaging.version import Version
+from packaging.specifiers import SpecifierSet
+from packaging.utils import canonicalize_name
+from packaging.version import Version
 
 from baking import default_engine
 from chariot_support.dev.testing import chariot_request, engine_package, free_port, image_input, run_engine
 from chariot_support.server.server import ENGINE_DEFAULTS
-from dockerfile import Instruction, command, commands, env_of, last, parse_dockerfile, uv_installs
+from dockerfile import Instruction, command, commands, env_of, last, parse_dockerfile, run_flags, uv_syncs
+from template_paths import TEMPLATE_ROOT, uv
 
 ROOT = default_engine()
 HEALTH_PATHS = {"/v2/health/ready", "/v2/health/live", "/ready"}  # the health routes the engine serves
 SLIM_PYTHON = re.compile(r"(?:docker\.io/(?:library/)?)?python:(\d+\.\d+)(\.\d+)?-slim-[a-z]+(@sha256:[0-9a-f]+)?")
-PIN = re.compile(r"(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)==(?P<version>[A-Za-z0-9.+!_-]+)")
 
 
 @pytest.fixture(scope="module")
@@ -56,21 +49,6 @@ def final(stages) -> list[Instruction]:
 @pytest.fixture(scope="module")
 def project() -> dict:
     return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-
-
-@pytest.fixture(scope="module")
-def pins() -> dict[str, Version]:
-    found: dict[str, Version] = {}
-    for number, raw in enumerate((ROOT / "constraints.txt").read_text().splitlines(), 1):
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        match = PIN.fullmatch(line)
-        assert match, f"constraints.txt line {number} is not name==version: {raw!r}"
-        name = canonicalize_name(match["name"])
-        assert name not in found, f"constraints.txt pins {name} twice"
-        found[name] = Version(match["version"])
-    return found
 
 
 @pytest.fixture(scope="module")
@@ -150,72 +128,77 @@ def test_base_image_is_slim_python_in_requires_python(stages, project):
         assert requires.contains(Version(match[1])), f"{image} is outside requires-python {requires}"
 
 
-def test_installs_with_uv_from_the_engine_folder_with_the_constraints(stages):
-    """uv installs the engine, as the README's install does, run where pyproject.toml is so that it leaves out what
-    [tool.uv] exclude-dependencies lists; test_deps_lock.py runs these same commands and imports what they installed."""
+def test_installs_from_the_lock_as_uvs_docker_guide_has_it(stages):
+    """The build stage follows uv's Docker guide: the dependencies from uv.lock in a layer of their own, made from
+    pyproject.toml and uv.lock alone, then the engine; both checked against the lock (--locked), without the dev and
+    eval groups, the engine installed as a package (not a link to the build folder), bytecode compiled, uv's cache in
+    a cache mount; only the environment reaches the image, which installs nothing of its own."""
     *build, final = stages
-    assert uv_installs(build) == [
-        ["uv", "pip", "install", "-c", "constraints.txt", "-r", "pyproject.toml"],
-        ["uv", "pip", "install", "-c", "constraints.txt", "."],
-    ], "the image installs pyproject.toml's run-time dependencies (their own layer), then the engine, with the pins"
-    assert not [i for i in final if i.keyword == "RUN" and "install" in i.args], "the final image installs nothing"
-    runs = [(i, args) for stage in build for i in stage if i.keyword == "RUN" for args in commands(i.args)]
-    for _, args in runs:
-        if "install" in args[:3]:
-            assert "-c" in args and args[args.index("-c") + 1] == "constraints.txt", f"unconstrained install: {args}"
-            assert not ("-r" in args and args[args.index("-r") + 1] == "constraints.txt"), (
-                f"constraints.txt pins the test extra too; installing all of it puts test packages in the image: {args}"
-            )
-    pip_installs = [args for _, args in runs if args[0].endswith("pip") and "install" in args]
-    assert pip_installs == [["/opt/uv/bin/pip", "install", "--no-cache-dir", "-c", "constraints.txt", "uv"]], (
-        "pip installs only uv (the version constraints.txt pins), into an environment of its own that stays in the"
-        f" build stage: {pip_installs}"
-    )
     (stage,) = build
+    syncs = uv_syncs(build)
+    assert [args for _, args in syncs] == [
+        ["uv", "sync", "--locked", "--no-dev", "--no-install-project", "--no-editable"],
+        ["uv", "sync", "--locked", "--no-dev", "--no-editable"],
+    ]
+    copies = [i for i in stage if i.keyword == "COPY"]
+    assert shlex.split(copies[0].args) == ["pyproject.toml", "uv.lock", "./"], "the dependencies' layer sees more"
+    assert copies[0].line < syncs[0][0].line < copies[1].line < syncs[1][0].line and copies[1].args == ". ./"
+    for instruction, _ in syncs:
+        assert "--mount=type=cache,target=/root/.cache/uv" in run_flags(instruction.args)[0], instruction
     env = env_of(stage)
-    assert env.get("UV_NO_CACHE") == "1", "uv's cache would stay in a layer"
-    assert env.get("VIRTUAL_ENV") == "/opt/venv" and env["PATH"].startswith("/opt/venv/bin:"), env
-    assert ["python", "-m", "venv", "--without-pip", "/opt/venv"] in [args for _, args in runs]
-    final_copies = [i.args for i in final if i.keyword == "COPY"]
-    assert "--from=build /opt/venv /opt/venv" in final_copies, "only the engine's environment reaches the image"
-    # uv reads exclude-dependencies from the pyproject.toml where it runs: the build's working directory.
-    workdir = last(stage, "WORKDIR")
-    copied = [i for i in stage if i.keyword == "COPY"]
-    first_install = next(i for i, args in runs if args[:3] == ["uv", "pip", "install"])
-    assert workdir is not None and copied and copied[0].line < first_install.line
-    assert shlex.split(copied[0].args)[-1] in ("./", ".", workdir.args) and "pyproject.toml" in copied[0].args
-    checks = [args for _, args in runs]
-    check = checks.index(["python", "-m", "chariot_support.dev.deps", "check"])
-    assert check > checks.index(["uv", "pip", "install", "-c", "constraints.txt", "."]), (
-        "a second OpenCV must stop the build, checked once the engine is installed"
-    )
+    assert env.get("UV_PROJECT_ENVIRONMENT") == "/opt/venv" and env.get("UV_COMPILE_BYTECODE") == "1", env
+    assert env.get("UV_PYTHON_DOWNLOADS") == "never", "uv would fetch a Python of its own, not the base image's"
+    assert "UV_NO_CACHE" not in env, "the cache mount keeps uv's downloads out of the layers"
+    runs = [args for i in stage if i.keyword == "RUN" for args in commands(i.args)]
+    pip_installs = [args for args in runs if args[0].endswith("pip") and "install" in args]
+    assert pip_installs == [["/opt/uv/bin/pip", "install", "--no-cache-dir", f"uv=={uv_pin()}"]], pip_installs
+    assert not [i for i in final if i.keyword == "RUN" and "install" in i.args], "the final image installs nothing"
+    assert [i.args for i in final if i.keyword == "COPY"] == ["--from=build /opt/venv /opt/venv"]
 
 
-def test_constraints_pin_every_dependency(pins, project):
-    assert canonicalize_name(project["name"]) not in pins, "constraints.txt must not pin the engine itself"
-    for dependency in project["dependencies"]:
-        requirement = Requirement(dependency)
-        if requirement.marker is not None and not requirement.marker.evaluate():
-            continue
-        name = canonicalize_name(requirement.name)
-        assert name in pins, f"{requirement.name} is in pyproject.toml but not pinned in constraints.txt"
-        assert requirement.specifier.contains(pins[name], prereleases=True), (
-            f"constraints.txt pins {name}=={pins[name]}, outside pyproject's {requirement}"
-        )
+def uv_pin() -> str:
+    """The uv version the template's tests and engines use (requirements-dev.txt pins it)."""
+    return re.search(r"^uv==(\S+)$", (TEMPLATE_ROOT / "requirements-dev.txt").read_text(), re.M)[1]
 
 
-def test_constraints_pin_the_same_mlserver(pins, project):
-    requirements = [Requirement(d) for d in project["dependencies"]]
-    (mlserver,) = [r for r in requirements if canonicalize_name(r.name) == "mlserver"]
-    (specifier,) = mlserver.specifier
-    assert specifier.operator == "==", f"pyproject should pin mlserver exactly, found {mlserver}"
-    assert pins["mlserver"] == Version(specifier.version)
-
-
-def test_constraints_need_no_template_rendering():
-    text = (ROOT / "constraints.txt").read_text()
-    for opening in ("{" + "{", "{" + "%"):  # spelled apart: this file is rendered by cookiecutter too
-        assert opening not in text, f"constraints.txt contains {opening!r}, which cookiecutter would try to render"
+def test_the_images_install_holds_the_lock_without_the_dev_groups_and_serves(stages, tmp_path):
+    """The Dockerfile's `uv sync` commands, run as the build runs them (an environment of their own, the engine's
+    files copied as the build copies them): every package at the version uv.lock pins, none of the dev or eval
+    groups, the engine itself installed as a package; and `python -m <package>` from that environment alone, with
+    no source folder on the path, serves the demo."""
+    root = Path(shutil.copytree(ROOT, tmp_path / "build", ignore=shutil.ignore_patterns("tests", "samples")))
+    environment = tmp_path / "venv"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("UV_", "PYTHONPATH", "VIRTUAL_ENV"))}
+    env.update(env_of(stages[0]), UV_PROJECT_ENVIRONMENT=str(environment), UV_PYTHON=sys.executable)
+    # Not what this checks, and the costly part here (half a minute of CPU): the image compiles every module's
+    # bytecode; these tests keep theirs in PYTHONPYCACHEPREFIX. The image copies out of a cache mount; here uv's
+    # cache is on the same disk.
+    env.update(UV_COMPILE_BYTECODE="0", UV_LINK_MODE="hardlink")
+    for _, args in uv_syncs(stages):
+        done = subprocess.run([uv(), *args[1:]], cwd=root, env=env, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, f"{shlex.join(args)}:\n{done.stderr[-3000:]}"
+    python = str(environment / "bin" / "python")
+    listing = "import importlib.metadata as m, json; print(json.dumps({d.name: d.version for d in m.distributions()}))"
+    installed = {
+        canonicalize_name(k): v for k, v in json.loads(subprocess.check_output([python, "-c", listing])).items()
+    }
+    lock = tomllib.loads((ROOT / "uv.lock").read_text())
+    locked = {p["name"]: p["version"] for p in lock["package"]}
+    engine = canonicalize_name(ROOT.name)
+    assert installed.pop(engine) == locked.pop(engine)
+    assert {name: locked[name] for name in installed} == installed, "installed at versions other than the lock's"
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    for group in project["dependency-groups"].values():
+        for requirement in group:
+            assert canonicalize_name(re.split("[=<>!~ ;]", requirement)[0]) not in installed, requirement
+    package = engine_package(ROOT / "src")
+    for name in (package, "chariot_support"):  # in the environment itself, not a link to the build folder
+        assert list(environment.glob(f"lib/python*/site-packages/{name}/__init__.py")), f"{name} is not installed"
+    with run_engine(package, python=python, env={"PYTHONPATH": ""}, cwd=tmp_path) as running:
+        body = json.dumps(chariot_request(image_input("image-0", np.zeros((32, 32, 3), np.uint8)))).encode()
+        request = urllib.request.Request(f"{running.url}/v2/models/m-demo/infer/", data=body, method="POST")
+        with urllib.request.urlopen(request, timeout=60) as response:
+            assert response.status == 200 and json.loads(response.read())["outputs"][0]["data"] == [[]]
 
 
 def test_dockerignore_keeps_tests_and_git_out():

@@ -299,7 +299,7 @@ def test_without_the_eval_extra_it_says_how_to_install_it(tmp_path, monkeypatch,
         [str(coco(tmp_path / "data", SCENES)), "--url", "http://127.0.0.1:9", "--out", str(tmp_path / "o")]
     )
     assert code == 2
-    assert "valor_lite not installed: run `uv pip install -c constraints.txt -e '.[eval]'`" in capsys.readouterr().err
+    assert "valor_lite not installed: run `uv sync --group eval`" in capsys.readouterr().err
 
 
 # One small dataset of each task type, as the file the task reads (DOTA: the folder), in a folder of its own.

@@ -30,6 +30,15 @@ def test_rej_files_are_named_and_binary_files_are_not_read(tmp_path):
     )
 
 
+def test_a_constraints_file_left_from_before_uv_lock_is_named_with_the_step_that_replaces_it(tmp_path, capsys):
+    (tmp_path / "constraints.txt").write_text("numpy==2.4.6\n")
+    assert [str(f) for f in leftovers(tmp_path)] == [
+        "constraints.txt: the versions engines kept before they were uv projects; uv.lock holds them now"
+    ]
+    assert main([str(tmp_path)]) == 1
+    assert "`git rm constraints.txt && uv lock`" in capsys.readouterr().out
+
+
 def test_only_the_engines_own_files_are_read(tmp_path):
     for place in (".venv/lib", "build", "src"):
         (tmp_path / place).mkdir(parents=True)
@@ -47,4 +56,4 @@ def test_the_command_exits_0_only_when_nothing_is_left(tmp_path, capsys):
     assert main([str(tmp_path)]) == 1
     out = capsys.readouterr().out
     assert out.startswith(f"The template update left these to resolve:\n  README.md:2: {OPENING} ours\n")
-    assert "What to do:" in out and "deps lock" in out
+    assert "What to do:" in out and "`uv lock`" in out

@@ -4,7 +4,7 @@ src/<package>/model.py and adapt the lines marked `# adapt`.
 The model folder (MODEL_DIR) holds `model.onnx` and the class labels (`labels.txt`, one per line, or
 `chariot_model_config.json` with `class_labels`). The model takes a 1 x 3 x H x W float RGB batch scaled to 0..1
 and returns `boxes` (N x 4: x0 y0 x1 y1 in input pixels), `scores` (N) and `classes` (N).
-Add `onnxruntime==1.32.0` (or onnxruntime-gpu) with `python -m chariot_support.dev.deps add`.
+Add ONNX Runtime with `uv add 'onnxruntime==1.32.0'` (or onnxruntime-gpu).
 """
 
 from collections.abc import Mapping, Sequence

@@ -1,9 +1,10 @@
 """A worked example: a complete model.py for a PyTorch detector, MTCNN face detection from facenet-pytorch, whose
 weights ship inside its wheel. Copy it over src/<package>/model.py and adapt the lines marked `# adapt`.
 
-Add it with `python -m chariot_support.dev.deps add 'facenet-pytorch==2.5.3'` (2.6.0 pins torch<2.3, numpy<2 and
-pillow<10.3, which the engine cannot take; 2.5.3 carries the same weights with loose pins). That brings torch and
-torchvision. The model folder (MODEL_DIR) may hold your own `pnet.pt`, `rnet.pt` and `onet.pt` (state dicts, as
+Add it, with torch and torchvision as a pair built for each other, with
+`uv add 'torch==2.14.1' 'torchvision==0.29.1' 'facenet-pytorch==2.5.3'` (2.6.0 pins torch<2.3, numpy<2 and
+pillow<10.3, which the engine does not take without uv's overrides: docs/dependencies.md; 2.5.3 carries the same
+weights with loose pins). The model folder (MODEL_DIR) may hold your own `pnet.pt`, `rnet.pt` and `onet.pt` (state dicts, as
 `torch.save(network.state_dict(), ...)` writes them); without them the wheel's weights are used.
 
 The device is "cuda" when torch sees a GPU, else "cpu"; set MODEL_DEVICE (e.g. `cpu`, `cuda:0`) to choose. With

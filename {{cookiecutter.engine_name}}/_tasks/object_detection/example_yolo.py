@@ -7,7 +7,7 @@ The model folder (MODEL_DIR) holds `model.onnx`, and the class labels in `labels
 1 x 3 x H x W float RGB picture scaled to 0..1, letterboxed (resized with its proportions kept, padded with grey),
 and returns raw candidates, 1 x (4 + classes) x N: each column a box as centre and size (cx cy w h) in input
 pixels, then one score per class. Several candidates cover each object, so non-maximum suppression keeps the best.
-Add `onnxruntime==1.32.0` (or onnxruntime-gpu) with `python -m chariot_support.dev.deps add`.
+Add ONNX Runtime with `uv add 'onnxruntime==1.32.0'` (or onnxruntime-gpu).
 """
 
 import ast

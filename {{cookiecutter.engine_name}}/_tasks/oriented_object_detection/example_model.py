@@ -4,8 +4,8 @@ src/<package>/model.py and adapt the lines marked `# adapt`.
 The model folder (MODEL_DIR) holds `model.onnx` and the class labels (`labels.txt`, one per line, or
 `chariot_model_config.json` with `class_labels`). The model takes a 1 x 3 x H x W float RGB batch scaled to 0..1
 and returns `boxes` (N x 5: cx cy w h in input pixels, then the angle in radians,
-clockwise), `scores` (N) and `classes` (N). Add `onnxruntime==1.32.0` (or onnxruntime-gpu) with
-`python -m chariot_support.dev.deps add`.
+clockwise), `scores` (N) and `classes` (N). Add ONNX Runtime with `uv add 'onnxruntime==1.32.0'` (or
+onnxruntime-gpu).
 """
 
 import math

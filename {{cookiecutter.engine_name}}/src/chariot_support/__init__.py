@@ -58,7 +58,8 @@ __all__ = [
 # Modules of the package's flat layout (before its sub-packages) that an author's own files imported (model.py,
 # tests/test_task.py and the engine's tests, which template updates leave to their author), and where each lives
 # now: the old name is the very module of the new one (writes and monkeypatches through either reach both), with a
-# FutureWarning naming the new place. `deps` is here for the command `python -m chariot_support.deps`.
+# FutureWarning naming the new place. `deps` is here for the command `python -m chariot_support.deps`, which now says
+# what uv command replaces it.
 MOVED = {
     "base": "model.base",
     "demo": "model.demo",
@@ -94,7 +95,7 @@ class _MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def get_code(self, fullname: str) -> types.CodeType:
         """`python -m chariot_support.deps ...` (runpy asks for the code to run): run the new name, saying it."""
         moved_to = f"{__name__}.{MOVED[fullname.partition('.')[2]]}"
-        said = f"{fullname} is now {moved_to}: run `python -m {moved_to}`"
+        said = f"{fullname} is now {moved_to}"
         source = f"import runpy, sys\nprint({said!r}, file=sys.stderr)\n"
         source += f"runpy.run_module({moved_to!r}, run_name='__main__', alter_sys=True)\n"
         return compile(source, fullname, "exec")

@@ -3,8 +3,9 @@
 cruft applies the template's changes as a three-way merge and says "Good work!" either way: a change that clashes
 with one of yours is left in the file between conflict markers, and a change it could not place at all is left in a
 `<file>.rej` beside the file. This finds both in the engine's files (those git tracks or would track; every file
-when the engine is not in git), names each file and line, and says what to do. Exit status 0 when there is nothing
-left, 1 otherwise. tests/test_environment.py runs the same check, so `pytest` fails until they are resolved.
+when the engine is not in git), names each file and line, and says what to do; and a constraints.txt, which engines
+kept before they were uv projects, which no command reads any more. Exit status 0 when there is nothing left, 1
+otherwise. tests/test_environment.py runs the same check, so `pytest` fails until they are resolved.
 """
 
 from __future__ import annotations
@@ -28,20 +29,27 @@ What to do:
   what the engine needs (often both), delete the three marker lines, and `git add` the file.
 - A `<file>.rej` holds the template's changes to <file> that could not be placed: make them in <file> by hand (or
   leave them out on purpose), then delete the .rej file.
-- constraints.txt is written by the dependency command, never merged by hand: keep either side and run
-  `PYTHONPATH=src python -m chariot_support.dev.deps lock`.
+- uv.lock is not merged (pyproject.toml's [tool.cruft] skip lists it): once pyproject.toml is resolved, `uv lock`
+  locks it again, then `uv sync` installs what it locked.
+- constraints.txt: uv.lock holds the engine's versions now. Once pyproject.toml is resolved (your dependencies below
+  the comment that closes the template's), `git rm constraints.txt && uv lock`.
 Then run this check again, and `pytest`."""
+# Files an engine kept before the template changed them into something else; the update cannot delete them when they
+# were changed since baking (constraints.txt, rewritten by the dependency command engines had).
+SUPERSEDED = {"constraints.txt": "the versions engines kept before they were uv projects; uv.lock holds them now"}
 
 
 @dataclass(frozen=True)
 class Leftover:
-    """One thing an update left: a conflict marker (`line` set) or a .rej file (`line` None)."""
+    """One thing an update left: a conflict marker (`line` set), a .rej file or a superseded file (`line` None)."""
 
     path: str  # relative to the engine's folder
     line: int | None = None
     text: str = ""
 
     def __str__(self) -> str:
+        if self.path in SUPERSEDED:
+            return f"{self.path}: {SUPERSEDED[self.path]}"
         if self.line is None:
             target = self.path.removesuffix(".rej")
             return f"{self.path}: the template's changes to {target} that could not be applied"
@@ -102,7 +110,7 @@ def leftovers(root: Path) -> list[Leftover]:
         path = root / name
         if not path.is_file():
             continue  # listed by git but deleted in the working tree
-        if name.endswith(".rej"):
+        if name.endswith(".rej") or name in SUPERSEDED:
             found.append(Leftover(name))
         else:
             found.extend(markers(path, name))

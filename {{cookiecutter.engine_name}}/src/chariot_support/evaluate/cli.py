@@ -2,7 +2,7 @@
 
 Every image goes to the engine as Chariot sends it (a chariot-v2-kserve request with Chariot's `action` and a low
 `score_threshold`), to a running engine (`--url`) or to one started here from this engine with the user's
-MODEL_DIR. The answers are scored with valor-lite (`pip install -e '.[eval]'`); the results go to `--out`, and
+MODEL_DIR. The answers are scored with valor-lite (`uv sync --group eval`); the results go to `--out`, and
 `--min METRIC=VALUE` fails the run when a metric falls short (`--max` when an error rate, CER or WER, rises above).
 Exit status: 0 done, 1 a bound was not met, 2 a usage mistake or a bad dataset, 3 the engine could not be reached or
 answered wrongly.
@@ -245,7 +245,7 @@ def missing_extra() -> str | None:
 
     absent = [name for name in ("valor_lite", "matplotlib", "nltk", "tqdm") if importlib.util.find_spec(name) is None]
     if absent:
-        return f"{', '.join(absent)} not installed: run `uv pip install -c constraints.txt -e '.[eval]'` in the engine's folder"
+        return f"{', '.join(absent)} not installed: run `uv sync --group eval` in the engine's folder"
     return None
 
 

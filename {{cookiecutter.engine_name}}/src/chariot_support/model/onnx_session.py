@@ -9,7 +9,7 @@ from typing import Any
 
 def onnx_session(path: Path, threads: int) -> Any:
     """An `onnxruntime.InferenceSession` of the model at `path`, whose calls use at most `threads` threads."""
-    import onnxruntime  # installed by the engines that use it (`python -m chariot_support.dev.deps add`), not by all
+    import onnxruntime  # installed by the engines that use it (`uv add 'onnxruntime==1.32.0'`), not by all
 
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads = threads  # this predict's share of the cores

@@ -165,7 +165,7 @@ def test_the_images_install_holds_the_lock_without_the_dev_groups_and_serves(sta
     """The Dockerfile's `uv sync` commands, run as the build runs them (an environment of their own, the engine's
     files copied as the build copies them): every package at the version uv.lock pins, none of the dev or eval
     groups, the engine itself installed as a package; and `python -m <package>` from that environment alone, with
-    no source folder on the path, serves the demo."""
+    no source folder on the path, serves the demo and its page."""
     root = Path(shutil.copytree(ROOT, tmp_path / "build", ignore=shutil.ignore_patterns("tests", "samples")))
     environment = tmp_path / "venv"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("UV_", "PYTHONPATH", "VIRTUAL_ENV"))}
@@ -199,6 +199,10 @@ def test_the_images_install_holds_the_lock_without_the_dev_groups_and_serves(sta
         request = urllib.request.Request(f"{running.url}/v2/models/m-demo/infer/", data=body, method="POST")
         with urllib.request.urlopen(request, timeout=60) as response:
             assert response.status == 200 and json.loads(response.read())["outputs"][0]["data"] == [[]]
+        # The page at GET / is read from the installed package: its files went into the wheel.
+        with urllib.request.urlopen(f"{running.url}/", timeout=30) as response:
+            page = response.read().decode()
+    assert "<script>'use strict';" in page and "grid-template-columns" in page
 
 
 def test_dockerignore_keeps_tests_and_git_out():

@@ -1,8 +1,10 @@
 """What each real model must find in its photos, asked of the engine its suite started: test_real_models.py copies
 this file into each real-model engine as tests/test_found.py, beside the author's test_task.py, so these checks share
 that suite's engine. Precise where test_task.py's EXPECTED names only labels: where the face is, what the mask
-covers, how the lines of text are turned, what the page says, which way up a line is."""
+covers, how the lines of text are turned, what the page says, which way up a line is. And the engine's log stays
+one JSON object a line with what the model's runtime writes to stderr itself (LiteRT's line as it starts)."""
 
+import json
 import math
 from pathlib import Path
 
@@ -83,3 +85,20 @@ def test_what_the_engine_finds_in_the_photos_is_right(engine, model_name, model_
         return answer["outputs"][0]["data"][0]
 
     CHECKS[task](ask)
+
+
+# The tasks whose model runs in LiteRT, which writes its own line to fd 2 as each interpreter starts.
+LITERT = {TaskType.OBJECT_DETECTION, TaskType.IMAGE_SEGMENTATION}
+
+
+def test_the_engines_log_is_one_json_object_a_line_with_what_the_runtime_wrote(engine, model_class):
+    entries = []
+    for line in engine.log().splitlines():
+        try:
+            entries.append(json.loads(line))
+        except ValueError:
+            raise AssertionError(f"a line of the log is not JSON: {line[:200]}") from None
+        assert isinstance(entries[-1], dict), line[:200]
+    native = [e for e in entries if e["message"] == "INFO: Created TensorFlow Lite XNNPACK delegate for CPU."]
+    if model_class.task_type in LITERT:
+        assert native and {(e["logger"], e["level"]) for e in native} == {("stderr", "info")}, native

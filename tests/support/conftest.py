@@ -96,7 +96,8 @@ def angle_between(a: float, b: float, period: float = math.pi / 2) -> float:
 @pytest.fixture
 def released_metrics(monkeypatch):
     """MLServer's data plane and gRPC server register their metrics in prometheus' registry, which takes each name
-    once a process: what a canary registers is taken out again after it."""
+    once a process: what a canary registers is taken out again after it, or when the test calls the function this
+    gives it (before it builds a second canary)."""
     from prometheus_client import REGISTRY
 
     registered = []
@@ -106,10 +107,13 @@ def released_metrics(monkeypatch):
         register(collector)
         registered.append(collector)
 
+    def release():
+        while registered:
+            REGISTRY.unregister(registered.pop())
+
     monkeypatch.setattr(REGISTRY, "register", recording)
-    yield
-    for collector in registered:
-        REGISTRY.unregister(collector)
+    yield release
+    release()
 
 
 @pytest.fixture(scope="session")

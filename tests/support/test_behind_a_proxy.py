@@ -4,79 +4,28 @@ of connections to the engine. A request nginx sends on a connection the engine i
 pooled (CHARIOT_KEEP_ALIVE, 75 s): requests after idle gaps on both sides of nginx's pool timeout and of the
 engine's old 5 s keep-alive are all answered."""
 
-import shutil
-import subprocess
 import threading
 import time
 
 import pytest
 import requests
+from proxy import POOL_TIMEOUT, nginx_in_front
 
-from chariot_support.dev.testing import chariot_request, free_port, image_input
+from chariot_support.dev.testing import chariot_request, image_input
 from chariot_support.model.tasks import TaskType
 
-NGINX = shutil.which("nginx", path="/usr/sbin:/usr/bin:/sbin:/bin") or "nginx"
-POOL_TIMEOUT = 60  # seconds nginx keeps an idle upstream connection, its default
 OLD_KEEP_ALIVE = 5.0  # the engine's keep-alive before it outlived the proxies' pools
 # Each client's idle gap, one millisecond apart across the moment the old keep-alive closed a connection: a request
 # that reached the engine in that moment was lost.
 CLIENTS = 24
 GAPS = [OLD_KEEP_ALIVE - 0.012 + 0.001 * i for i in range(CLIENTS)]
 
-CONFIG = """
-worker_processes 1;
-pid {tmp}/nginx.pid;
-error_log {tmp}/error.log warn;
-events {{ worker_connections 256; }}
-http {{
-    access_log {tmp}/access.log;
-    client_body_temp_path {tmp}/body;
-    proxy_temp_path {tmp}/proxy;
-    fastcgi_temp_path {tmp}/fastcgi;
-    uwsgi_temp_path {tmp}/uwsgi;
-    scgi_temp_path {tmp}/scgi;
-    upstream engine {{
-        server 127.0.0.1:{engine_port};
-        keepalive 16;
-        keepalive_timeout {pool_timeout}s;
-    }}
-    server {{
-        listen 127.0.0.1:{port};
-        location / {{
-            proxy_pass http://engine;
-            proxy_http_version 1.1;
-            proxy_set_header Connection "";
-        }}
-    }}
-}}
-"""
-
 
 @pytest.fixture
 def nginx(tmp_path, demo_engine):
     """nginx on a free loopback port in front of the shared demo engine, with the engine's default keep-alive."""
-    assert shutil.which(NGINX), "nginx is not installed: apt-get install nginx-light (./scripts/test installs it)"
-    engine = demo_engine(TaskType.OBJECT_DETECTION)
-    port = free_port()
-    conf = tmp_path / "nginx.conf"
-    conf.write_text(
-        CONFIG.format(tmp=tmp_path, engine_port=engine.url.rsplit(":", 1)[1], port=port, pool_timeout=POOL_TIMEOUT)
-    )
-    proxy = subprocess.Popen([NGINX, "-c", str(conf), "-g", "daemon off;"], stderr=subprocess.PIPE)
-    try:
-        url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                requests.get(f"{url}/v2/health/ready", timeout=1)
-                break
-            except requests.ConnectionError:
-                assert proxy.poll() is None and time.monotonic() < deadline, proxy.stderr.read().decode()
-                time.sleep(0.05)
+    with nginx_in_front(demo_engine(TaskType.OBJECT_DETECTION), tmp_path) as url:
         yield url, tmp_path
-    finally:
-        proxy.terminate()
-        proxy.wait(timeout=10)
 
 
 @pytest.mark.slow

@@ -1,6 +1,6 @@
 """The engine answers its author's mistakes with a 5xx {"error"} that names the fault, and keeps serving,
 with and without MLServer's parallel workers; a predict that hangs is cut off by CHARIOT_PREDICT_TIMEOUT; SIGTERM
-lets in-flight requests finish."""
+lets in-flight requests finish; a worker whose native code crashes leaves its last words in the log."""
 
 import json
 import signal
@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import requests
 from mlserver.grpc.dataplane_pb2_grpc import GRPCInferenceServiceStub
+from native_writers import not_json
 
 from chariot_support.dev.grpc_client import grpc_request, grpc_results
 from chariot_support.dev.testing import chariot_request, image_input, run_engine, stop
@@ -182,3 +183,19 @@ def test_sigterm_lets_an_in_flight_request_finish_then_exits_0():
             assert response.status_code == 200, response.text
             assert response.json()["outputs"][0]["data"][0][0]["label"] == "cat"
         assert engine.process.wait(30) == 0
+        assert not not_json(engine.log()), "what the stop wrote, the forwarder's last lines too"
+
+
+@pytest.mark.parametrize("engine", ["parallel-workers"], indirect=True)  # in one process, the engine would go too
+def test_a_worker_that_segfaults_leaves_its_stack_in_the_log_as_json(engine):
+    response = infer(engine, faulty("segfault"))
+    assert response.status_code == 503 and "worker" in response.json()["error"], response.text
+    engine.wait_for_log("killed by SIGSEGV")
+    log = engine.wait_for_log("Extension modules: ")  # the dump's last line
+    messages = [line for line in map(json.loads, log.splitlines()) if line["logger"] == "stderr"]
+    texts = [line["message"] for line in messages]
+    start = texts.index("Fatal Python error: Segmentation fault")
+    dump = messages[start : start + [t.startswith("Extension modules: ") for t in texts[start:]].index(True) + 1]
+    assert {line["level"] for line in dump} == {"critical"}
+    assert any('faulty_engine/model.py", line' in line["message"] and "in predict" in line["message"] for line in dump)
+    assert not not_json(log)

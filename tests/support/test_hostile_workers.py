@@ -15,6 +15,7 @@ import pytest
 import requests
 from hostile import HERE, wait_until
 from mlserver.grpc.dataplane_pb2_grpc import GRPCInferenceServiceStub
+from native_writers import not_json
 
 from chariot_support.dev.grpc_client import grpc_request, grpc_results
 from chariot_support.dev.testing import chariot_request, image_input, run_engine
@@ -135,6 +136,7 @@ def test_sigterm_with_parallel_workers_answers_every_request_in_flight_then_exit
     # Measured with predicts one at a time in each worker: 5.6-5.8 s (six 2 s predicts on two workers, SIGTERM 0.8 s
     # in, then the workers stop).
     assert took < 15, f"the engine took {took:.1f} s to stop"
+    assert not not_json(engine.log()), "every process's lines, through the kills, the replacements and the stop"
 
 
 def test_a_worker_that_stops_answering_times_out_in_the_main_process_and_is_replaced():

@@ -16,6 +16,7 @@ import pytest
 import requests
 from mlserver.grpc import dataplane_pb2 as pb
 from mlserver.grpc.dataplane_pb2_grpc import GRPCInferenceServiceStub
+from native_writers import TFLITE_LINE, native_lines, not_json
 
 from chariot_support.after_answer import BATCH_SECONDS
 from chariot_support.dev.testing import chariot_request, encode_image, image_input, run_engine
@@ -68,6 +69,19 @@ def test_every_line_on_stdout_is_json_with_time_level_and_message(engine):
     for line in lines:
         assert {"time", "level", "logger", "message"} <= line.keys()
         assert line["time"].endswith("+00:00") and line["level"] in ("info", "warning", "error")
+
+
+def test_what_native_code_writes_to_fds_1_and_2_comes_out_as_json_lines_at_its_level(engine):
+    """C's write(2) and a real LiteRT interpreter, inside predict (tests/support/native_writers.py); the engine's
+    parallel workers are tested in test_model_logs.py."""
+    tag = f"native-{uuid.uuid4().hex[:8]}"
+    assert infer(engine, json.dumps(chariot_request(image_input("image-0", PIXELS, fault="native", tag=tag)))).ok
+    log = engine.wait_for_log(f"printf on stdout for {tag}")
+    found = {(line["logger"], line["message"]): line["level"] for line in json_lines(log)}
+    for fd, line, level in native_lines(tag):
+        assert found.get(("stdout" if fd == 1 else "stderr", line)) == level, line
+    assert found.get(("stderr", TFLITE_LINE)) == "info"
+    assert not not_json(log)
 
 
 def test_mlservers_warning_about_the_engines_own_uvicorn_options_is_left_out(engine):

@@ -7,6 +7,7 @@ import logging
 import threading
 
 import pytest
+from native_writers import TFLITE_LINE, native_lines, not_json
 from warming import ask, json_lines
 
 from chariot_support.logs.model_output import MAX_LINE, ModelOutput, real_stream, serving
@@ -40,6 +41,13 @@ def test_each_line_written_is_one_record_and_a_partial_line_waits_for_its_newlin
     output.write("left over")
     output.finish()
     assert records()[-1]["message"] == "left over"
+
+
+def test_a_line_gets_the_level_it_says_it_has_as_a_native_one_does(captured):
+    output, _, records = captured
+    output.write('Traceback (most recent call last):\n  File "model.py", line 3, in predict\nValueError: no\n')
+    output.write("WARNING: a library's own\nprinted\n")
+    assert [r["level"] for r in records()] == ["error", "error", "error", "warning", "info"]
 
 
 def test_a_line_without_end_goes_out_in_pieces_of_the_longest_line(captured):
@@ -87,7 +95,9 @@ def test_a_handler_that_writes_back_to_the_stream_does_not_loop(captured):
 
 
 def test_model_logs_prints_and_stderr_lines_are_json_lines_with_their_request_id(warming_engine):
-    """In each parallel worker: logging.getLogger("my_model").info, print and sys.stderr.write inside predict."""
+    """In each parallel worker: logging.getLogger("my_model").info, print and sys.stderr.write inside predict; and
+    what native code writes to fds 1 and 2 (C's write(2) in predict, a LiteRT interpreter at load), as JSON lines at
+    its level, without a request id (the engine cannot tell which request native code wrote for)."""
     for n in range(4):
         ask(warming_engine, f"logs-{n}")
     wanted = {
@@ -96,13 +106,24 @@ def test_model_logs_prints_and_stderr_lines_are_json_lines_with_their_request_id
         for logger, verb in (("my_model", "logged"), ("print", "printed"), ("stderr", "written to stderr"))
     }
     warming_engine.wait_for_log("written to stderr for image-logs-3")
+    warming_engine.wait_for_log("printf on stdout for image-logs-3")
     log = warming_engine.log()
-    assert not [line for line in log.splitlines() if "image-logs" in line and not line.startswith("{")]
     found = {
         (line["logger"], line["message"], line.get("request_id"))
         for line in json_lines(log)
-        if "image-logs-" in line["message"]
+        if "image-logs-" in line["message"] and "request_id" in line
     }
     assert found == wanted
-    levels = {line["logger"]: line["level"] for line in json_lines(log) if "image-logs-" in line["message"]}
+    levels = {
+        line["logger"]: line["level"]
+        for line in json_lines(log)
+        if (line["logger"], line["message"], line.get("request_id")) in wanted
+    }
     assert levels == {"my_model": "info", "print": "info", "stderr": "warning"}
+    native = {(line["logger"], line["message"]): line for line in json_lines(log) if "request_id" not in line}
+    for tag in ("import", *(f"image-logs-{n}" for n in range(4))):  # the model's module, imported in each process
+        for fd, text, level in native_lines(tag):
+            assert native.get(("stdout" if fd == 1 else "stderr", text), {}).get("level") == level, text
+    loaded = [line for line in json_lines(log) if line["message"] == TFLITE_LINE]
+    assert len(loaded) >= 2 and {line["level"] for line in loaded} == {"info"}, "LiteRT's line, from each worker"
+    assert not not_json(log)

@@ -1,7 +1,9 @@
 """The engine's settings are one typed object read once (their page, docs/settings.md, is held to it in
-test_reference.py), and MLSERVER_HOST keeps every port on loopback, as that page says."""
+test_reference.py); MLSERVER_HOST keeps every port on loopback, and CHARIOT_PAGE=0 takes GET / away and nothing else,
+as that page says."""
 
 import asyncio
+import json
 import re
 from pathlib import Path
 
@@ -119,3 +121,31 @@ def test_mlserver_host_keeps_rest_grpc_and_metrics_on_loopback(demo_engine):
     loopback = {"0100007F", "0000000000000000FFFF00000100007F"}
     for port in (engine.http_port, engine.grpc_port, engine.metrics_port):
         assert listening(port) and listening(port) <= loopback, f"port {port} listens on {listening(port)}"
+
+
+def test_with_the_page_off_get_root_is_a_404_and_every_other_route_is_the_same(released_metrics):
+    """CHARIOT_PAGE=0 takes the page at GET / away (tests/support/test_page.py tries it in a browser) and nothing else."""
+
+    async def routes(page: bool) -> tuple[set, int, bytes]:
+        # MLServer's REST app, with the engine's routes (test_internals.py holds MLServer to keeping it there).
+        app = build_server(FaultyModel, "faulty", EngineSettings(page=page))._rest_server._app
+        found = {(getattr(r, "path", ""), frozenset(getattr(r, "methods", None) or ())) for r in app.router.routes}
+        answered: dict = {}
+
+        async def receive():
+            return {"type": "http.request", "body": b"", "more_body": False}
+
+        async def send(message):
+            answered.setdefault("status", message.get("status"))
+            answered["body"] = answered.get("body", b"") + message.get("body", b"")
+
+        request = {"method": "GET", "path": "/", "raw_path": b"/", "query_string": b"", "headers": [], "root_path": ""}
+        connection = {"type": "http", "http_version": "1.1", "scheme": "http", "client": ("127.0.0.1", 1)}
+        await app({**request, **connection, "server": ("127.0.0.1", 80)}, receive, send)
+        return found, answered["status"], answered["body"]
+
+    on, on_status, _ = asyncio.run(routes(True))
+    released_metrics()  # MLServer's metrics, registered once a process
+    off, off_status, off_body = asyncio.run(routes(False))
+    assert on - off == {("/", frozenset({"GET", "HEAD"}))} and off < on
+    assert (on_status, off_status, json.loads(off_body)) == (200, 404, {"error": "no route for GET /"})

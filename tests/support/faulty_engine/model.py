@@ -41,6 +41,17 @@ class FaultyModel(ChariotModel):
             return [[Detection(label=label, score=0.9, xmin=1, xmax=5, ymin=2, ymax=6)]]
         if fault == "thread":  # the thread predict runs on
             return [[Detection(label=threading.current_thread().name, score=0.9, xmin=1, xmax=5, ymin=2, ymax=6)]]
+        if (
+            fault == "native"
+        ):  # lines written straight to fds 1 and 2, as C code and a real LiteRT interpreter write them
+            from native_writers import start_interpreter, write_native_lines
+
+            start_interpreter()
+            write_native_lines(parameters.get("tag", ""))
+        if fault == "segfault":  # native code that crashes the process
+            import ctypes
+
+            ctypes.string_at(0)
         if fault == "hang":  # a predict that, as far as any request can wait, never returns
             time.sleep(float(parameters.get("seconds", 3600)))
         return [[Detection(label="cat", score=0.9, xmin=1, xmax=5, ymin=2, ymax=6)] for _ in images]

@@ -2,7 +2,5 @@
 
 from chariot_support.server.server import serve
 
-from .model import FirstCallSlowModel
-
 if __name__ == "__main__":
-    serve(FirstCallSlowModel, default_model_id="warming")
+    serve("warming_engine.model:FirstCallSlowModel", default_model_id="warming")  # as a baked engine's __main__

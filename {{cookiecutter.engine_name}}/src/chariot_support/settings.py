@@ -192,6 +192,13 @@ class EngineSettings:
     api_docs: bool = _setting(
         "CHARIOT_API_DOCS", False, doc="on, serves `/openapi.json` and the `/v2/docs` pages (MLServer's API docs)"
     )
+    # The page calls only the engine's own inference route; off, every other route is the same.
+    page: bool = _setting(
+        "CHARIOT_PAGE",
+        True,
+        doc="the [page to try the model](page.md) in a browser at `GET /`; off, `GET /` is a 404 as any unknown"
+        " path is, and every other route is the same",
+    )
     # The table of connections closes the idlest when full, so long keep-alives do not lock out new clients.
     max_connections: int = _setting(
         "CHARIOT_MAX_CONNECTIONS",

@@ -1,10 +1,12 @@
 """Results drawn on their image, as the command-line client and the evaluation draw them: boxes, rotated boxes and
-contours with their label and score, labels and prompt answers as text below the picture."""
+contours with their label and score, labels and prompt answers as text below the picture. The engine's page
+(rest/page.js) draws the same marks in the same colours; tests/support/test_page.py holds the two together."""
 
 from __future__ import annotations
 
 import zlib
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import cv2
 import numpy as np
@@ -87,6 +89,40 @@ def _text_panel(image: np.ndarray, lines: Sequence[tuple[str, tuple[int, int, in
     return np.vstack([image, band])
 
 
+@dataclass(frozen=True)
+class Mark:
+    """One result as the drawing shows it: outlined on the picture ("box", "oriented", "region") with its caption in
+    its label's colour, or written below it ("label", "answer"). The engine's page draws the same marks."""
+
+    kind: str
+    caption: str  # "red 0.91": the label and its score to two places; an answer's text
+    colour: tuple[int, int, int]  # BGR
+    outlines: tuple[np.ndarray, ...] = ()  # each (N, 2) x, y in the picture's pixels, unrounded
+    prompt: str = ""  # an answer's prompt ("" for an answer about the picture itself)
+
+
+def marks(results: Sequence[dict], width: int, height: int) -> list[Mark]:
+    """How each of `results` on a `width` x `height` picture is drawn; a result with nothing to show has no mark."""
+    found = []
+    for result in results:
+        label = str(result.get("label", ""))
+        colour = colour_of(label)
+        caption = f"{label} {result['score']:.2f}" if "score" in result else label
+        if {"xmin", "ymin", "xmax", "ymax"} <= result.keys():
+            x0, y0, x1, y1 = (float(result[k]) for k in ("xmin", "ymin", "xmax", "ymax"))
+            found.append(Mark("box", caption, colour, (np.array([[x0, y0], [x1, y0], [x1, y1], [x0, y1]]),)))
+        elif {"cx", "cy", "w", "h", "r"} <= result.keys():
+            found.append(Mark("oriented", caption, colour, (oriented_corners(result, width, height),)))
+        elif "contour" in result:
+            outlines = tuple(np.array([[p["x"], p["y"]] for p in c], np.float64) for c in result["contour"] if c)
+            found.append(Mark("region", caption, colour, outlines))
+        elif "answer" in result:
+            found.append(Mark("answer", str(result["answer"]), colour, prompt=result.get("prompt") or ""))
+        elif label:
+            found.append(Mark("label", caption, colour))
+    return found
+
+
 def draw(image: np.ndarray, results: Sequence[dict]) -> np.ndarray:
     """A copy of `image` (BGR) with `results` drawn on it: boxes, rotated boxes and contours with their label and
     score; labels or prompt answers as text in a band added below the picture."""
@@ -94,24 +130,22 @@ def draw(image: np.ndarray, results: Sequence[dict]) -> np.ndarray:
     thickness, scale = _sizes(canvas)
     height, width = canvas.shape[:2]
     text_lines: list[tuple[str, tuple[int, int, int]]] = []
-    for result in results:
-        label = str(result.get("label", ""))
-        colour = colour_of(label)
-        caption = f"{label} {result['score']:.2f}" if "score" in result else label
-        if {"xmin", "ymin", "xmax", "ymax"} <= result.keys():
-            top_left = (round(result["xmin"]), round(result["ymin"]))
-            bottom_right = (round(result["xmax"]), round(result["ymax"]))
+    for mark in marks(results, width, height):
+        colour, caption = mark.colour, mark.caption
+        if mark.kind == "box":
+            (x0, y0), _, (x1, y1), _ = mark.outlines[0]
+            top_left, bottom_right = (round(x0), round(y0)), (round(x1), round(y1))
             cv2.rectangle(canvas, top_left, bottom_right, HALO, thickness + 2)
             cv2.rectangle(canvas, top_left, bottom_right, colour, thickness)
             _caption(canvas, caption, top_left, colour, scale)
-        elif {"cx", "cy", "w", "h", "r"} <= result.keys():
-            corners = np.round(oriented_corners(result, width, height)).astype(np.int32)
+        elif mark.kind == "oriented":
+            corners = np.round(mark.outlines[0]).astype(np.int32)
             cv2.polylines(canvas, [corners], True, HALO, thickness + 2, cv2.LINE_AA)
             cv2.polylines(canvas, [corners], True, colour, thickness, cv2.LINE_AA)
             top = corners[np.argmin(corners[:, 1])]
             _caption(canvas, caption, (int(top[0]), int(top[1])), colour, scale)
-        elif "contour" in result:
-            polygons = [np.array([[round(p["x"]), round(p["y"])] for p in c], np.int32) for c in result["contour"] if c]
+        elif mark.kind == "region":
+            polygons = [np.array([[round(x), round(y)] for x, y in outline], np.int32) for outline in mark.outlines]
             overlay = canvas.copy()
             # A lighter tint, so a region stays visible when its colour is the label's own ("red" on red).
             cv2.fillPoly(overlay, polygons, tuple((c + 255) // 2 for c in colour))
@@ -121,13 +155,12 @@ def draw(image: np.ndarray, results: Sequence[dict]) -> np.ndarray:
             points = np.concatenate(polygons)
             top = points[np.argmin(points[:, 1])]
             _caption(canvas, caption, (int(top[0]), int(top[1])), colour, scale)
-        elif "answer" in result:
-            prompt = result.get("prompt") or ""  # none: the answer is about the picture itself
-            for text in wrap(f"Q: {prompt}", scale, width - 12) if prompt else []:
+        elif mark.kind == "answer":
+            for text in wrap(f"Q: {mark.prompt}", scale, width - 12) if mark.prompt else []:
                 text_lines.append((text, (200, 200, 200)))
-            for text in wrap(f"A: {result['answer']}", scale, width - 12):
+            for text in wrap(f"A: {caption}", scale, width - 12):
                 text_lines.append((text, (255, 255, 255)))
-        elif label:
+        else:
             text_lines.append((caption, colour))
     if text_lines:
         canvas = _text_panel(canvas, text_lines, scale)

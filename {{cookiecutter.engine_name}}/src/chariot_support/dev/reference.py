@@ -39,7 +39,8 @@ MLSERVER = (
     ("MLSERVER_GRPC_MAX_MESSAGE_LENGTH", "`CHARIOT_MAX_REQUEST_MB`", "bytes", "bytes a gRPC message may hold, when"
      " gRPC needs another limit than REST bodies"),
     ("MLSERVER_LOGGING_SETTINGS", "(unset: the engine's JSON lines)", "a file", "a `logging.config.dictConfig` file"
-     " (JSON) to log your own way instead, in every process (see [Logs](logs.md))"),
+     " (JSON) to log your own way instead, in every process; `print`, stderr and what native code writes are then"
+     " left alone (see [Logs](logs.md))"),
     ("MLSERVER_CORS_SETTINGS", "(unset)", "JSON", "CORS for browser clients, e.g."
      ' `{"allow_origins": ["https://app.example"]}`; applies to inference answers too'),
     ("MLSERVER_CACHE_ENABLED", "`false`", "`false`", "`true` is refused at start-up: every request is answered by"
@@ -76,6 +77,8 @@ ROUTES = {
     ("GET", "/v1/models"): '[KServe V1](#kserve-v1-and-tensorflow-serving): `{"models": ["m-<id>"]}`',
     ("GET", "/v1/models/{path}"): "[KServe V1 and TensorFlow Serving](#kserve-v1-and-tensorflow-serving): a"
     " model's status and metadata",
+    ("GET", "/"): "the [page to try the model](page.md) in a browser; with `CHARIOT_PAGE` off, a 404 as any unknown"
+    " path",
     ("GET", "/metrics"): "Prometheus metrics, on the metrics port (see [Metrics](logs.md#metrics))",
 }
 # The inference routes, answered in front of MLServer's app (rest/inference.py), as their paths are written.

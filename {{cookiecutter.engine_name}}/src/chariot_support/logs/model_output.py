@@ -4,7 +4,8 @@ stderr becomes one JSON line each, with the id of the request whose predict wrot
 `logging` reaches the engine's JSON lines through the root logger (logs/request_lines.logging_config). print() and
 sys.stderr writes reach them through `ModelOutput`, which takes the place of sys.stdout and sys.stderr in each
 process that serves (the main one and each parallel worker): each line written becomes a record of the logger
-"print" (INFO) or "stderr" (WARNING). The engine's own handler writes to the real stdout, never through them.
+"print" (INFO) or "stderr" (WARNING), or at the level the line says. The engine's own handler writes to the real
+stdout, never through them.
 """
 
 from __future__ import annotations
@@ -18,11 +19,14 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any, TextIO
 
+from chariot_support.logs.native_lines import MAX_LINE, Levels
+from chariot_support.logs.native_output import enable_fault_dumps, engine_stdout
+
 # The requests whose predict (or explain) runs in this context: one, or several batched into one call.
 _requests: ContextVar[tuple[str, ...]] = ContextVar("chariot_model_requests", default=())
-# The most characters of one line the model writes: a longer one (or output with no newline at all) goes out in
-# pieces of this size, so that what a model writes cannot grow the engine's memory.
-MAX_LINE = 16_384
+# MAX_LINE: the most characters of one line the model writes (as the forwarder takes native lines): a longer one (or
+# output with no newline at all) goes out in pieces of this size, so that what a model writes cannot grow the
+# engine's memory.
 
 
 @contextmanager
@@ -48,8 +52,9 @@ def request_fields() -> dict[str, Any]:
 
 class ModelOutput(io.TextIOBase):
     """A text stream that turns each line written to it into a record of `logger`: in place of sys.stdout or
-    sys.stderr. Each thread's partial line waits for its newline (print writes the text and the newline apart),
-    up to MAX_LINE characters. Writes made while a record is being handled (a handler writing to this stream, or
+    sys.stderr, at `level` or at the level the line says it has, as native lines get theirs (a traceback's lines at
+    error, "WARNING: ..." at warning). Each thread's partial line waits for its newline (print writes the text and
+    the newline apart), up to MAX_LINE characters. Writes made while a record is being handled (a handler writing to this stream, or
     logging's own error report) go to the real stream, so nothing loops."""
 
     def __init__(self, stream: TextIO, logger: logging.Logger, level: int):
@@ -103,11 +108,17 @@ class ModelOutput(io.TextIOBase):
 
     def _emit(self, line: str) -> None:
         line = line.rstrip("\r")
-        if not line.strip() or not self._logger.isEnabledFor(self._level):
+        if not line.strip():
+            return
+        levels = getattr(self._local, "levels", None)
+        if levels is None:
+            levels = self._local.levels = Levels(logging.getLevelName(self._level).lower())
+        level = logging.getLevelName(levels.of(line).upper())  # what the line says, as native lines' (Levels)
+        if not self._logger.isEnabledFor(level):
             return
         self._local.emitting = True
         try:
-            self._logger.log(self._level, "%s", line)
+            self._logger.log(level, "%s", line)
         finally:
             self._local.emitting = False
 
@@ -118,9 +129,10 @@ def real_stream(stream: Any) -> Any:
 
 
 def stdout_handler() -> logging.StreamHandler:
-    """The engine's handler of JSON lines: on the real stdout, even where sys.stdout is a ModelOutput (logging's
-    dictConfig builds it by this name, in every process and every time the configuration is applied)."""
-    return logging.StreamHandler(real_stream(sys.stdout))
+    """The engine's handler of JSON lines: on the real stdout, even where sys.stdout is a ModelOutput and fd 1 a pipe to
+    the forwarder of native output (logging's dictConfig builds it by this name, in every process and every time the
+    configuration is applied)."""
+    return logging.StreamHandler(real_stream(engine_stdout()))
 
 
 def capture_output(handler_name: str) -> bool:
@@ -132,6 +144,7 @@ def capture_output(handler_name: str) -> bool:
     if not any(h.get_name() == handler_name for h in logging.getLogger().handlers):
         return False
     logging.captureWarnings(True)  # warnings.warn: a record of "py.warnings", not a line on stderr
+    enable_fault_dumps()  # a crash's dump of every thread, onto fd 2: JSON lines too (logs/native_output.py)
     sys.stdout = ModelOutput(sys.stdout, logging.getLogger("print"), logging.INFO)
     sys.stderr = ModelOutput(sys.stderr, logging.getLogger("stderr"), logging.WARNING)
     return True

@@ -7,7 +7,6 @@ import asyncio
 import logging
 import logging.config
 import os
-import sys
 import time
 from typing import Any
 
@@ -23,13 +22,16 @@ from chariot_support.errors import BadSettings, ModelLoadFailed
 from chariot_support.grpc.limits import CallLimits
 from chariot_support.grpc.service import ChariotInferenceServicer
 from chariot_support.logs.model_output import capture_output
+from chariot_support.logs.native_output import capture_native_output, finish_native_output
 from chariot_support.logs.request_lines import HANDLER_NAME, logging_config
 from chariot_support.memory.budgets import BodyBudget
 from chariot_support.model.base import ChariotModel, has_explain
 from chariot_support.pipeline.data_plane import ChariotDataPlane, ChariotRepositoryHandlers, EngineRepository
 from chariot_support.rest.app import install_rest_app
 from chariot_support.rest.legacy_routes import install_legacy_routes
+from chariot_support.rest.page import install_page
 from chariot_support.runtime.plan import ServingPlan
+from chariot_support.runtime.runtime import import_model_class
 from chariot_support.runtime.threads import threads_still_stuck
 from chariot_support.seams.mlserver import (
     DataPlane,
@@ -74,7 +76,7 @@ def engine_settings(engine: EngineSettings) -> Settings:
     }
     overrides = {k: v for k, v in defaults.items() if f"MLSERVER_{k.upper()}" not in os.environ}
     settings = Settings(**overrides)
-    if "MLSERVER_LOGGING_SETTINGS" not in os.environ:
+    if engine_logs():
         # MLServer applies it here, in each parallel worker, and to uvicorn's loggers: JSON lines from every process.
         settings.logging_settings = logging_config(engine.log_level, mlserver_debug=settings.debug)
     if settings.cache_enabled:
@@ -97,6 +99,11 @@ def engine_settings(engine: EngineSettings) -> Settings:
         proxy_headers=False,
     )
     return settings
+
+
+def engine_logs() -> bool:
+    """Whether the engine sets logging up (its JSON lines), rather than MLSERVER_LOGGING_SETTINGS."""
+    return "MLSERVER_LOGGING_SETTINGS" not in os.environ
 
 
 def model_id_from_env(default_model_id: str, engine: EngineSettings) -> str:
@@ -209,6 +216,8 @@ class ChariotServer(EngineServer):
         data_plane = self._chariot_plane
         install_rest_app(rest_app, data_plane, self.settings, self.body_budget)
         install_legacy_routes(rest_app, data_plane.pipeline)
+        if self.engine.page:
+            install_page(rest_app)
         close_api_pages(rest_app, metrics_app, api_docs=self.engine.api_docs)
         if metrics_app is not None:  # requests' metrics are counted after their answers: all of them before a scrape
             metrics_app.add_middleware(FlushedBeforeScrape)
@@ -288,9 +297,15 @@ def build_server(model_class: type[ChariotModel], model_id: str, engine: EngineS
     return ChariotServer(engine_settings(engine), model=model_settings(model_class, model_id, engine), engine=engine)
 
 
-async def _serve(model_class: type[ChariotModel], default_model_id: str) -> None:
+async def _serve(model: type[ChariotModel] | str, default_model_id: str) -> None:
     try:
         engine = config()  # read from the environment here, once, and handed to every part from here on
+    except ValueError as problem:
+        raise BadSettings(str(problem)) from None
+    if engine_logs():  # before the model's libraries are imported, and MLServer starts the workers that inherit it
+        capture_native_output(engine.log_level)
+    model_class = import_model_class(model) if isinstance(model, str) else model
+    try:
         server = build_server(model_class, model_id_from_env(default_model_id, engine), engine)
     except ValueError as problem:
         raise BadSettings(str(problem)) from None
@@ -307,11 +322,13 @@ async def _serve(model_class: type[ChariotModel], default_model_id: str) -> None
     await server.start([model])
 
 
-def serve(model_class: type[ChariotModel], *, default_model_id: str) -> None:
-    """Start the engine and serve until SIGTERM/SIGINT; exit with status 1 when the model does not load."""
+def serve(model: type[ChariotModel] | str, *, default_model_id: str) -> None:
+    """Start the engine and serve `model`, a ChariotModel class or its "module:Class" path, until SIGTERM/SIGINT; exit
+    with status 1 when the model does not load. A path is imported once the engine's log takes in what native code
+    writes, so that what the model's libraries write as they are imported comes out as JSON lines too."""
     install_uvloop_event_loop()
     try:
-        asyncio.run(_serve(model_class, default_model_id))
+        asyncio.run(_serve(model, default_model_id))
     except ModelLoadFailed as failure:
         logger.critical("the engine stops: %s", failure)
         raise SystemExit(1) from None
@@ -326,6 +343,5 @@ def serve(model_class: type[ChariotModel], *, default_model_id: str) -> None:
         logger.warning("%d predicts that overran CHARIOT_PREDICT_TIMEOUT are left running", threads_still_stuck())
         afterwards.flush()
         logging.shutdown()
-        sys.stdout.flush()
-        sys.stderr.flush()
+        finish_native_output()
         os._exit(0)

@@ -11,14 +11,18 @@ from pathlib import Path
 HERE = Path(__file__).parent
 
 
-def run_checks(checks: str, engine, *, model: str, task: str, python: Path | str = sys.executable) -> str:
-    """Run the checks file `checks` (in tests/) with `python`; fails with its output unless every check passed."""
+def run_checks(
+    checks: str, engine, *, model: str, task: str, python: Path | str = sys.executable, env: dict | None = None
+) -> str:
+    """Run the checks file `checks` (in tests/) with `python`, with `env` over the environment that names the engine;
+    fails with its output unless every check passed."""
     environment = {
         **os.environ,
         "ENGINE_URL": engine.url,
         "ENGINE_GRPC_ADDRESS": engine.grpc_address,
         "ENGINE_MODEL": model,
         "ENGINE_TASK": task,
+        **(env or {}),
     }
     result = subprocess.run(
         [

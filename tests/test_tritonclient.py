@@ -23,5 +23,12 @@ def test_tritonclient_gets_rest_results_and_oip_answers(baked_engine, task):
     run_checks("tritonclient_checks.py", baked_engine(task), model=model_name(task), task=task)
 
 
+def test_tritonclient_reads_the_model_configuration_and_statistics(baked_engine):
+    """Triton's model configuration and statistics extensions, as tritonclient reads them from a baked engine with
+    its defaults (tests/support/test_stages.py reads them from one with batching and parallel workers)."""
+    task = CLIENT_TASKS[0]
+    run_checks("tritonclient_statistics.py", baked_engine(task), model=model_name(task), task=task)
+
+
 def test_tritonclient_sees_a_failing_predict_as_internal(faulty_engine):
     run_checks("tritonclient_faults.py", faulty_engine, model="m-faulty", task="Object Detection")

@@ -119,8 +119,13 @@ def released_metrics(monkeypatch):
 @pytest.fixture(scope="session")
 def warming_engine():
     """The engine of tests/support/warming_engine (its model's first predict is slow; predict logs, prints and writes
-    to stderr, and answers with its process and GPUs) with two parallel workers, two fake GPUs, batches of up to two
-    and warm-up on, as it starts: shared by the warm-up, model log and device tests."""
-    env = {"MLSERVER_PARALLEL_WORKERS": "2", "CUDA_VISIBLE_DEVICES": "0,1", "CHARIOT_MAX_BATCH_SIZE": "2"}
+    to stderr, and answers with its process and GPUs) with two parallel workers, two fake GPUs, batches of up to two,
+    warm-up on and no Server-Timing header, as it starts: shared by the warm-up, model log, device and stage tests."""
+    env = {
+        "MLSERVER_PARALLEL_WORKERS": "2",
+        "CUDA_VISIBLE_DEVICES": "0,1",
+        "CHARIOT_MAX_BATCH_SIZE": "2",
+        "CHARIOT_SERVER_TIMING": "0",
+    }
     with run_engine("warming_engine", src=Path(__file__).parent, env=env) as running:
         yield running

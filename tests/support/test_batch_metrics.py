@@ -37,12 +37,18 @@ def test_batch_sizes_and_waits_reach_the_metrics_and_the_settings_line_states_th
         with ThreadPoolExecutor(CLIENTS) as pool:
             assert list(pool.map(lambda n: send(engine, n), range(CLIENTS))) == [200] * CLIENTS
         metrics = requests.get(f"http://127.0.0.1:{engine.metrics_port}/metrics", timeout=10).text
+        (stats,) = requests.get(f"{engine.url}/v2/models/m-batching/stats", timeout=10).json()["model_stats"]
         log = engine.log()
 
     calls, images, sizes = histogram(metrics, "chariot_batch_size")
     assert images == CLIENTS, "each image was counted in exactly one predict"
     assert 2 <= calls < CLIENTS, f"{CLIENTS} requests of one image in batches of at most 8 took {calls:g} predicts"
     assert sizes["8.0"] == calls, "no batch holds more than CHARIOT_MAX_BATCH_SIZE images"
+    # Triton's statistics count the same: each image an inference, each batch's predict one execution, by its size.
+    assert (stats["inference_count"], stats["execution_count"]) == (CLIENTS, calls), stats
+    batches = {b["batch_size"]: b["compute_infer"]["count"] for b in stats["batch_stats"]}
+    assert sum(batches.values()) == calls and sum(size * n for size, n in batches.items()) == CLIENTS, batches
+    assert max(batches) > 1 and all(b["compute_infer"]["ns"] > 0 for b in stats["batch_stats"]), stats
     waits, waited, _ = histogram(metrics, "chariot_batch_wait_seconds")
     assert waits == CLIENTS, "every request's wait for its batch is counted"
     assert 0 < waited < CLIENTS * 60

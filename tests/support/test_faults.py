@@ -159,6 +159,12 @@ def test_a_hung_predict_is_cut_off_and_the_engine_serves_on(thread_safe):
             busy = infer(engine, faulty(None))
             assert busy.status_code == 503 and "overran CHARIOT_PREDICT_TIMEOUT" in busy.json()["error"]
             assert not ready(engine)
+            # Readiness lost once the engine was ready is an error in the log (while it starts, it is not).
+            log = engine.wait_for_log('"path": "/v2/health/ready", "status": 503')
+            lost = [
+                json.loads(line) for line in log.splitlines() if '"path": "/v2/health/ready", "status": 503' in line
+            ]
+            assert lost and all(line["level"] == "error" for line in lost), lost
             deadline = time.monotonic() + 10
             while not ready(engine) and time.monotonic() < deadline:
                 time.sleep(0.2)

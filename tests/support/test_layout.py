@@ -22,10 +22,12 @@ MOST_LINES = 400
 # from layers below its own, never from one beside it or above it. Each entry is a sub-package or a module at the top.
 LAYERS = (
     ("errors", "settings", "model_id"),  # what every layer needs: the error types, the settings, the model-id rule
-    ("error_bodies", "after_answer", "refusals"),  # the `{"error"}` writer, the work after answers, refusals counted
+    # The `{"error"}` writer, the work after answers, refusals counted, a request's stages (their times and histograms).
+    ("error_bodies", "after_answer", "refusals", "stages"),
     ("model", "seams"),  # what an author's model.py sees; every use of MLServer's, uvicorn's and gRPC's internals
     ("__init__", "protocols", "logs"),  # the public surface; the wire formats; the log lines and request ids
     ("memory",),  # the budgets of request bodies and decoded pixels
+    ("triton",),  # Triton's statistics and model configuration, which the pipeline counts and the transports serve
     ("pipeline", "runtime"),  # the one way to the model; the model's side of it (threads, copies, batching)
     ("rest", "grpc"),  # the transports
     ("server",),  # the transports and the pipeline assembled, start-up and shutdown

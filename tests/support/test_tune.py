@@ -157,7 +157,9 @@ def test_only_the_kinds_named_are_measured_beside_the_defaults(tmp_path, capsys)
     assert not any(tmp_path.iterdir())
 
 
-def point(label: dict, clients: int, rps: float, p99: float, phase: str = "quick", errors: int = 0) -> Point:
+def point(
+    label: dict, clients: int, rps: float, p99: float, phase: str = "quick", errors: int = 0, stages=None
+) -> Point:
     return Point(
         candidate=Candidate(**label),
         clients=clients,
@@ -171,6 +173,7 @@ def point(label: dict, clients: int, rps: float, p99: float, phase: str = "quick
         errors=errors,
         error="HTTP 503: busy" if errors else "",
         others_cpus=0.1,
+        stages=stages,
     )
 
 
@@ -202,6 +205,23 @@ def test_a_setting_within_the_noise_of_the_defaults_leaves_the_defaults():
     assert "the engine's defaults stand" in choice.why
     table[1] = point({"threads": 8}, 2, 440.0, 10.4, "long")
     assert choose(table).point.candidate == Candidate(threads=8), "1.12x the defaults stands out"
+
+
+def test_the_reason_names_the_stages_that_moved_against_the_defaults():
+    """A model that is not thread-safe, at 8 clients: copies take the wait for the one copy away (the engine's
+    statistics say where each request's time went)."""
+    waiting = {"queue": 140.0, "decode": 1.2, "predict": 20.0, "results": 0.3}
+    served = {"queue": 3.0, "decode": 1.3, "predict": 21.5, "results": 0.3}
+    table = [point({}, 8, 48, 175, stages=waiting), point({"copies": 8, "threads": 8}, 8, 340, 30, stages=served)]
+    why = choose(table).why
+    assert "At 8 clients, with threads=8 copies=8: queue time fell from 140.0 to 3.0 ms; predict time rose from" in why
+    assert "queue ms | decode ms | predict ms | results ms" in report.table(table)
+    assert "| 140.00 | 1.20 | 20.00 | 0.30 |" in report.table(table)
+    # The defaults standing beside a setting within the noise: the stages say what it changed all the same.
+    close = point({"threads": 8}, 8, 50, 170, stages={**waiting, "queue": 70.0, "predict": 41.0})
+    assert (
+        "queue time fell from 140.0 to 70.0 ms; predict time rose from 20.0 to 41.0 ms" in choose([table[0], close]).why
+    )
 
 
 def test_a_latency_budget_moves_the_choice_and_one_none_meets_is_refused():
@@ -256,8 +276,9 @@ def test_a_setting_the_engine_cannot_start_with_is_a_row_of_the_table_never_the_
     table = [*TABLE, failed]
     assert choose(table).point.candidate == Candidate(copies=8, threads=8)
     assert Candidate(workers=2, threads=1) in ranked(TABLE) and failed.candidate not in ranked(TABLE[:4] + [failed])
-    assert "| threads=1 workers=2 | quick | 0 | 0.0 | - | - | - | - | - | - | worker 1 died at start-up | - |" in (
-        report.table(table)
+    assert (
+        "| threads=1 workers=2 | quick | 0 | 0.0 | - | - | - | - | - | - | - | - | - | - | worker 1 died at start-up | - |"
+        in (report.table(table))
     )
 
 
@@ -464,6 +485,8 @@ def test_the_demo_is_tuned_and_every_output_is_written(tmp_path):
         [threads, "quick", "2"],
     ]
     assert "Measured beside the defaults: only settings of threads (--only)." in written
+    # Each row says where its requests' time went, from the engine's statistics.
+    assert all(float(cell) > 0 for row in rows for cell in row.split(" | ")[6:9]), rows
     EngineSettings.from_env(settings_of(out))  # every value is one the engine takes
     plot = cv2.imread(str(out / "tune.png"))
     assert plot is not None and plot.shape[:2] == (680, 1200)

@@ -15,8 +15,10 @@ import os
 import threading
 import time
 from collections.abc import Callable
+from typing import TypeVar
 
 logger = logging.getLogger("chariot_support")
+T = TypeVar("T")
 
 # Work waits at most this long for the rest of its batch.
 BATCH_SECONDS = 0.02
@@ -74,6 +76,15 @@ class Afterwards:
             while self._pending:
                 _do(*self._pending.popleft())
             self._end_batch()
+
+    def snapshot(self, read: Callable[[], T]) -> T:
+        """`read()` once the work waiting now is done, with no work done meanwhile: what it reads of what that work
+        counts (Triton's statistics) holds every request answered so far, and is consistent."""
+        with self._lock:
+            while self._pending:
+                _do(*self._pending.popleft())
+            self._end_batch()
+            return read()
 
     def _end_batch(self) -> None:
         for work in self._batch_ends:

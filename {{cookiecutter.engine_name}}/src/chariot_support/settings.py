@@ -98,6 +98,13 @@ class EngineSettings:
         doc="the least severe log line written, for every logger, the model's and its libraries' too (see"
         " [Logs](logs.md))",
     )
+    server_timing: bool = _setting(
+        "CHARIOT_SERVER_TIMING",
+        True,
+        doc="each REST inference answer's stages (read, admission, parse, queue, decode, predict, results) and"
+        " their total in a `Server-Timing` header, which browsers' developer tools show; off, answers go without"
+        " it (see [Stages](stages.md))",
+    )
     # The pictures are those in CHARIOT_WARMUP_IMAGES (a folder) when set, else what the model's `warmup` gives, else
     # the engine's samples/ when it runs beside them, else synthetic pictures.
     warmup: bool = _setting(

@@ -15,6 +15,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import fields
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from chariot_support.settings import FALSE, TRUE, EngineSettings
@@ -64,9 +65,19 @@ ROUTES = {
     ("GET", "/ready"): 'readiness at the root: 200 `{"status": "ready"}`, 503 before',
     ("GET", "/v2/models/{model_name}/ready"): "model readiness: 200 with an empty body, 503 before",
     ("GET", "/v2/models/{model_name}/versions/{model_version}/ready"): "the same, for the engine's version",
-    ("GET", "/v2"): "server metadata: name, version and the extensions served (`binary_tensor_data`)",
+    ("GET", "/v2"): "server metadata: name, version and the extensions served, and only those: `parameters`,"
+    " `binary_tensor_data`, `statistics`, `model_configuration`, and `model_repository` with"
+    " `CHARIOT_REPOSITORY_API` on",
     ("GET", "/v2/models/{model_name}"): "model metadata: platform `chariot-v2-kserve_<task>`, inputs and outputs",
     ("GET", "/v2/models/{model_name}/versions/{model_version}"): "the same, for the engine's version",
+    ("GET", "/v2/models/stats"): "[Triton's statistics](stages.md#tritons-statistics) of every model served (an"
+    " engine serves one) since the engine started: requests answered and failed, their queue and compute times,"
+    " per batch size",
+    ("GET", "/v2/models/{model_name}/stats"): "the same, for the model named",
+    ("GET", "/v2/models/{model_name}/versions/{model_version}/stats"): "the same, for the engine's version",
+    ("GET", "/v2/models/{model_name}/config"): "[Triton's model configuration](stages.md#tritons-model-configuration):"
+    " inputs and outputs, `max_batch_size`, `dynamic_batching`, `instance_group`",
+    ("GET", "/v2/models/{model_name}/versions/{model_version}/config"): "the same, for the engine's version",
     ("POST", "/v2/repository/index"): "the model repository: the model and its state",
     ("POST", "/v2/repository/models/{model_name}/load"): "reload the model: only with `CHARIOT_REPOSITORY_API`"
     " on, 403 otherwise",
@@ -95,6 +106,9 @@ GRPC = {
     "ModelReady": "model readiness, as `GET /v2/models/m-<id>/ready`",
     "ServerMetadata": "server metadata, as `GET /v2`",
     "ModelMetadata": "model metadata, as `GET /v2/models/m-<id>`",
+    "ModelConfig": "Triton's model configuration, as `GET /v2/models/m-<id>/config`",
+    "ModelStatistics": "Triton's statistics, as `GET /v2/models/m-<id>/stats` (every model's, as"
+    " `GET /v2/models/stats`, when the name is empty)",
     "ModelInfer": "inference, as `POST /v2/models/m-<id>/infer` (see [Over gRPC](#over-grpc))",
     "ModelStreamInfer": "`UNIMPLEMENTED`: the engine does not stream",
     "RepositoryIndex": "the model repository, as `POST /v2/repository/index`",
@@ -173,6 +187,7 @@ def served() -> tuple[list[tuple[str, str]], list[tuple[str, str]], list[str]]:
     them for the demo model."""
     from mlserver.grpc import dataplane_pb2
 
+    from chariot_support.grpc.service import SERVICE, ChariotInferenceServicer
     from chariot_support.model.demo import DEMO_MODELS
     from chariot_support.model.tasks import TaskType
     from chariot_support.server.server import ChariotServer, engine_settings, model_settings
@@ -187,7 +202,8 @@ def served() -> tuple[list[tuple[str, str]], list[tuple[str, str]], list[str]]:
         model = model_settings(DEMO_MODELS[TaskType.OBJECT_DETECTION], "demo", engine)
         return Recorded(engine_settings(engine), model=model, engine=engine)
 
-    rest_app, metrics_app = asyncio.run(build()).apps
+    server = asyncio.run(build())
+    rest_app, metrics_app = server.apps
 
     def routes(app) -> list[tuple[str, str]]:
         found = []
@@ -197,8 +213,16 @@ def served() -> tuple[list[tuple[str, str]], list[tuple[str, str]], list[str]]:
         return found
 
     rest = [("POST", path) for path in INFERENCE_ROUTES] + routes(rest_app)
-    service = dataplane_pb2.DESCRIPTOR.services_by_name["GRPCInferenceService"]
-    return rest, routes(metrics_app), [method.name for method in service.methods]
+    # gRPC: every method of MLServer's V2 service (its servicer is registered for each), then each call of the
+    # engine's servicer that a handler the engine adds beside it serves (Triton's extensions), asked of those
+    # handlers as gRPC asks them.
+    methods = [method.name for method in dataplane_pb2.DESCRIPTOR.services_by_name["GRPCInferenceService"].methods]
+    handlers = server.grpc_handlers()
+    for name in vars(ChariotInferenceServicer):
+        call = SimpleNamespace(method=f"/{SERVICE}/{name}", invocation_metadata=())
+        if name not in methods and any(handler.service(call) is not None for handler in handlers):
+            methods.append(name)
+    return rest, routes(metrics_app), methods
 
 
 def routes_table(rest: list[tuple[str, str]], metrics: list[tuple[str, str]]) -> str:

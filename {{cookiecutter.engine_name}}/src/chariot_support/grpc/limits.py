@@ -22,6 +22,7 @@ from chariot_support.protocols.v2_grpc import fields_past
 from chariot_support.refusals import LOG_EVERY, Refusals, refusal_counter
 from chariot_support.seams.grpc import EOF, read, served_raw, when_ended
 from chariot_support.settings import EngineSettings
+from chariot_support.stages.timing import Received
 
 logger = logging.getLogger("chariot_support")
 
@@ -38,6 +39,14 @@ TOO_MANY_FIELDS = object()  # what _parse says of a message with more fields tha
 # The size of the message of the call being served, for the handler to know whether its own copies of it (the
 # protocol's request read from the message) should leave the event loop.
 _message_bytes: ContextVar[int] = ContextVar("chariot_grpc_message_bytes", default=0)
+# How the inference call being served was admitted and read, for its stages (stages/timing.py).
+_received: ContextVar[Received | None] = ContextVar("chariot_grpc_received", default=None)
+
+
+def call_received() -> Received | None:
+    """When the ModelInfer call being served started, and the seconds it waited for its turn to read its message
+    and for room in the body budget, and took to read it."""
+    return _received.get()
 
 
 async def off_loop_if_large(function: Callable[..., T], *args: Any) -> T:
@@ -183,7 +192,7 @@ class CallLimits(aio.ServerInterceptor):
         started, code = time.perf_counter(), "UNKNOWN"
         self._metrics.started(service, name)
         try:
-            answer = await self._serve(handler, name, requests, context)
+            answer = await self._serve(handler, name, requests, context, started)
             code = _status_name(context.code(), "OK")
             return answer
         except aio.AbortError:
@@ -195,7 +204,8 @@ class CallLimits(aio.ServerInterceptor):
         finally:
             self._metrics.finished(service, name, code, time.perf_counter() - started)
 
-    async def _serve(self, handler: grpc.RpcMethodHandler, name: str, _requests, context):
+    async def _serve(self, handler: grpc.RpcMethodHandler, name: str, _requests, context, started: float = 0.0):
+        started = started or time.perf_counter()
         counted = name not in PROBE_CALLS  # small, answered at once: never refused for load
         if counted and self.in_flight >= self.max_calls:
             await self._refuse(
@@ -211,7 +221,10 @@ class CallLimits(aio.ServerInterceptor):
         # in the same batch: a client that does not read its answers holds at most CHARIOT_GRPC_MAX_CALLS of them.
         when_ended(context, functools.partial(self._ended, counted, held))
         if counted:
-            message, held.bytes = await self._admit(context, name, self.budget)
+            message, held.bytes, (waiting, entered, read, reserved) = await self._admit(context, name, self.budget)
+            if name == "ModelInfer":
+                admission = (entered - waiting) + (reserved - read)
+                _received.set((started, admission, reserved - started - admission, reserved))
         else:
             message = await self._read_small(context, name)
         size = len(message)
@@ -244,17 +257,22 @@ class CallLimits(aio.ServerInterceptor):
         if held.bytes:
             self.budget.release(held.bytes)
 
-    async def _admit(self, context, name: str, budget) -> tuple[bytes, int]:
-        """The call's message, read while few enough others are being read, and its room in the body budget."""
+    async def _admit(self, context, name: str, budget) -> tuple[bytes, int, tuple[float, float, float, float]]:
+        """The call's message, read while few enough others are being read, and its room in the body budget; with
+        when (time.perf_counter()) it began to wait for its turn to read, the turn came, the message was read, and
+        the room was had."""
+        waiting = time.perf_counter()
         slot = await self._reading.enter(self.admission_wait)
         if slot is None:
             refusal = budget.full_message()
         else:
             try:  # gRPC buffers a message once it is read: a few at a time, then the budget counts each
+                entered = time.perf_counter()
                 message = await self._read(context, name)
+                read = time.perf_counter()
                 cost = min(MESSAGE_COPIES * len(message), budget.capacity)
                 await budget.reserve(cost)
-                return message, cost
+                return message, cost, (waiting, entered, read, time.perf_counter())
             except Overloaded as full:
                 refusal = str(full)
                 del message  # not kept with the refusal (see _serve)

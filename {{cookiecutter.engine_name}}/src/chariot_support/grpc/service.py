@@ -14,8 +14,9 @@ from grpc import aio
 from mlserver.grpc import dataplane_pb2 as pb
 from mlserver.grpc.dataplane_pb2_grpc import GRPCInferenceServiceServicer
 
+from chariot_support.after_answer import afterwards
 from chariot_support.errors import internal_error
-from chariot_support.grpc.limits import off_loop_if_large, refused_calls
+from chariot_support.grpc.limits import call_received, off_loop_if_large, refused_calls
 from chariot_support.logs.request_lines import log_request, request_entry
 from chariot_support.pipeline.data_plane import ChariotDataPlane, ChariotRepositoryHandlers
 from chariot_support.pipeline.pipeline import SERVING_ERRORS
@@ -27,6 +28,10 @@ from chariot_support.seams.mlserver import (
     to_headers,
     to_metadata,
 )
+from chariot_support.stages.timing import stage_times
+from chariot_support.triton import messages
+
+SERVICE = "inference.GRPCInferenceService"
 
 logger = logging.getLogger("chariot_support")
 
@@ -136,8 +141,38 @@ class ChariotInferenceServicer(GRPCInferenceServiceServicer):
         return ModelMetadataResponseConverter.from_types(metadata)
 
     @_aborts_with_status
+    async def ModelConfig(self, request, context):
+        """Triton's model configuration extension (triton/config.py), which MLServer's service lacks."""
+        config = await self._data_plane.model_configuration(request.name, request.version or None)
+        return messages.from_json(messages.ModelConfigResponse, {"config": config})
+
+    @_aborts_with_status
+    async def ModelStatistics(self, request, context):
+        """Triton's statistics extension (triton/statistics.py), which MLServer's service lacks."""
+        stats = await self._data_plane.model_statistics(request.name or None, request.version or None)
+        return messages.from_json(messages.ModelStatisticsResponse, stats)
+
+    def extension_handler(self) -> grpc.GenericRpcHandler:
+        """The calls of Triton's extensions in the V2 service, beside those MLServer's generated service registers."""
+        handlers = {
+            "ModelConfig": grpc.unary_unary_rpc_method_handler(
+                self.ModelConfig,
+                request_deserializer=messages.ModelConfigRequest.FromString,
+                response_serializer=messages.ModelConfigResponse.SerializeToString,
+            ),
+            "ModelStatistics": grpc.unary_unary_rpc_method_handler(
+                self.ModelStatistics,
+                request_deserializer=messages.ModelStatisticsRequest.FromString,
+                response_serializer=messages.ModelStatisticsResponse.SerializeToString,
+            ),
+        }
+        return grpc.method_handlers_generic_handler(SERVICE, handlers)
+
+    @_aborts_with_status
     async def ModelInfer(self, request: pb.ModelInferRequest, context) -> pb.ModelInferResponse:
-        started, status = time.perf_counter(), 500
+        # The message's admission and arrival, as the call limits measured them (none measured: all at once).
+        received = call_received() or (now := time.perf_counter(), 0.0, 0.0, now)
+        started, status, answer = received[0], 500, None
         name = request.model_name
         with request_entry() as entry:
             try:
@@ -165,6 +200,8 @@ class ChariotInferenceServicer(GRPCInferenceServiceServicer):
                     status = 499
                 raise
             finally:
+                ended = time.perf_counter()
+                stages = None if answer is None else stage_times(received, answer, ended)
                 # One log line per inference, as REST writes; gRPC has no path, and the status is REST's for it.
                 log_request(
                     protocol="grpc",
@@ -172,8 +209,14 @@ class ChariotInferenceServicer(GRPCInferenceServiceServicer):
                     path=f"/v2/models/{name}/infer",
                     status=status,
                     started=started,
+                    ended=ended,
                     request_id=entry.get("request_id"),
                     model=name,
+                    stages=stages,
+                )
+                runtime = None if answer is None else answer.answered.stages
+                afterwards.later(
+                    self._pipeline.statistics.record, name, status == 200, ended - started, ended, stages, runtime
                 )
         if answer.headers:  # the request id and CloudEvents headers, which REST sends as response headers
             context.set_trailing_metadata(to_metadata(answer.headers))

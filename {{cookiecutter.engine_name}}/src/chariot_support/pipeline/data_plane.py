@@ -4,6 +4,7 @@ model an engine serves."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -19,7 +20,9 @@ from mlserver.types import (
 )
 
 from chariot_support import model_id as model_id_rule
+from chariot_support.after_answer import afterwards
 from chariot_support.errors import ChariotError, DoesNotStream, NotFound
+from chariot_support.logs.request_lines import engine_ready
 from chariot_support.pipeline.pipeline import SERVING_ERRORS, Pipeline
 from chariot_support.protocols import v2_binary
 from chariot_support.seams.mlserver import DataPlane, ModelRepository, ModelRepositoryHandlers
@@ -27,7 +30,11 @@ from chariot_support.settings import EngineSettings
 
 logger = logging.getLogger("chariot_support")
 
-EXTENSIONS = (v2_binary.EXTENSION,)
+# The extensions of the Open Inference Protocol the engine serves, named as Triton names them: request and response
+# parameters, REST's binary tensor data (protocols/v2_binary.py), and Triton's statistics and model configuration
+# (triton/); the model repository's too when CHARIOT_REPOSITORY_API opens its load and unload.
+EXTENSIONS = ("parameters", v2_binary.EXTENSION, "statistics", "model_configuration")
+REPOSITORY_EXTENSION = "model_repository"
 
 
 class ChariotDataPlane:
@@ -42,17 +49,34 @@ class ChariotDataPlane:
         self._pinned = bool(engine.model_id)  # CHARIOT_MODEL_ID: only that name reaches the model
         self._alias = engine.model_alias  # CHARIOT_MODEL_ALIAS: one more name that does (KServe's InferenceService)
         self.workers = None  # the WorkerWatch (server/workers.py), when the model runs in parallel workers
+        self.model_config: dict[str, Any] = {}  # Triton's model configuration of the served model (triton/config.py)
         self.pipeline = Pipeline(self, inner)  # every inference request's one way to the model
 
     async def live(self) -> bool:
         return await self._inner.live()
 
     async def metadata(self) -> MetadataServerResponse:
-        """MLServer's server metadata, with the extensions the engine serves beside MLServer's (REST reads the
-        binary tensor data extension, protocols/v2_binary.py)."""
+        """MLServer's server metadata, listing the extensions the engine serves, and only those (MLServer lists
+        none of its own)."""
         metadata = await self._inner.metadata()
-        extensions = [*metadata.extensions, *(e for e in EXTENSIONS if e not in metadata.extensions)]
+        extensions = [*EXTENSIONS, *([REPOSITORY_EXTENSION] if self.engine.repository_api else [])]
         return metadata.model_copy(update={"extensions": extensions})
+
+    async def model_statistics(self, name: str | None, version: str | None = None) -> dict[str, Any]:
+        """Triton's statistics of the model `name` reaches (every model's when None: the served one), with every
+        request answered so far counted; a 404 for a model or version not served."""
+        if name:
+            await self.pipeline.model(name, version)
+        statistics = self.pipeline.statistics
+        # The work after the answers is done first, off the event loop (it may wait on the log's stdout).
+        stats = await asyncio.to_thread(afterwards.snapshot, lambda: statistics.model_stats(name))
+        return {"model_stats": [stats]}
+
+    async def model_configuration(self, name: str, version: str | None = None) -> dict[str, Any]:
+        """Triton's model configuration of the model `name` reaches, named as the client named it; a 404 for a model
+        or version not served."""
+        await self.pipeline.model(name, version)
+        return {**self.model_config, "name": name}
 
     async def infer_stream(self, payload: Any, name: str, version: str | None = None):
         raise DoesNotStream()
@@ -108,7 +132,10 @@ class ChariotDataPlane:
             # A model stuck in a predict past CHARIOT_PREDICT_TIMEOUT cannot serve (see ChariotRuntime.stuck). With
             # parallel workers the runtime lives in another process and only its 503 answers say so.
             model = await self.model_registry.get_model(resolved, version)
-        return not getattr(model, "stuck", False)
+        if getattr(model, "stuck", False):
+            return False
+        engine_ready()  # readiness lost from now on is an error in the log (logs/request_lines.py)
+        return True
 
     async def model_metadata(self, name: str, version: str | None = None) -> MetadataModelResponse:
         with self.named(name, version) as resolved:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ from typing import Any
 
 from mlserver.errors import MLServerError
 
+from chariot_support.after_answer import afterwards
 from chariot_support.errors import BadRequest, ChariotError, ModelLoading
 from chariot_support.logs.request_lines import id_header, note_request_id
 from chariot_support.memory.budgets import LARGE_BODY
@@ -29,6 +31,8 @@ from chariot_support.seams.mlserver import (
     served_inference,
     unwrap_worker_error,
 )
+from chariot_support.stages.histograms import StageHistograms
+from chariot_support.triton.statistics import InferenceStatistics
 
 # What an engine answers with a status code: its own errors, and MLServer's (a model not found, not ready...).
 SERVING_ERRORS = (ChariotError, MLServerError)
@@ -78,6 +82,14 @@ class Pipeline:
     def __init__(self, data_plane: Any, inner: Any):
         self.data_plane = data_plane
         self._inner = inner
+        # Every inference request, counted after its answer by the transport that served it (statistics.record, by
+        # the thread that does requests' work after their answers), whichever worker served it: in Triton's
+        # statistics, and the answered ones' stages in the histograms.
+        self.histograms = StageHistograms()
+        afterwards.at_batch_end(self.histograms.fold_if_many)
+        self.statistics = InferenceStatistics(
+            data_plane.model_name, data_plane.engine.model_version, data_plane.resolve, self.histograms.observe
+        )
         self.stopping = False  # the engine is draining: requests from now on are refused, those in flight answered
         self._in_flight = 0
         self._drained: asyncio.Event | None = None
@@ -156,13 +168,16 @@ class Pipeline:
                 # Checked here, before the request waits for a thread, a batch or a parallel worker: a bad request
                 # is told so at once, never queued behind the model's work.
                 parsed = await self._parse(request, _served(model).task)
+                parsed_at = time.perf_counter()  # the request's stages: parsed, then the runtime's (stages/timing.py)
                 try:
                     answered = await call_runtime(served, "answer", parsed, request_id, explain)
                 except SERVING_ERRORS as error:
                     raise unwrap_worker_error(error) from None
+                answered_at = time.perf_counter()
                 extra = response_headers(self._inner, served, request_id)
         # One policy for every protocol: MLServer's CloudEvents headers, and the request id as X-Request-ID.
-        return Answer(answered, request_id, name, served.version, {**extra, "x-request-id": request_id})
+        headers = {**extra, "x-request-id": request_id}
+        return Answer(answered, request_id, name, served.version, headers, parsed_at, answered_at)
 
 
 def _encoded_bytes(request: Request) -> int:

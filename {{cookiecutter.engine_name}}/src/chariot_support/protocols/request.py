@@ -15,6 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from chariot_support.stages.timing import RuntimeStages
+
 
 @dataclass(frozen=True)
 class Place:
@@ -96,22 +98,27 @@ class Request:
 @dataclass(frozen=True)
 class Answered:
     """What the runtime answers for one request: each image's name, results (as JSON text) and metadata as sent,
-    the request's metadata, and the model's explanations when they were asked for. Crosses to parallel workers."""
+    the request's metadata, the model's explanations when they were asked for, and what the runtime measured of the
+    request (its stages). Crosses back from parallel workers."""
 
     names: tuple[str, ...]
     results: tuple[bytes, ...]
     image_metadata: tuple[str | None, ...]
     metadata: str | None = None
     explanations: tuple[dict, ...] | None = None
+    stages: RuntimeStages | None = None
 
 
 @dataclass(frozen=True)
 class Answer:
     """An answered request as every protocol renders it: the runtime's answer, the request id, the model as the
-    client named it, and the headers every inference response carries (CloudEvents)."""
+    client named it, the headers every inference response carries (CloudEvents), and when (time.perf_counter()) the
+    pipeline had checked the request and had the runtime's answer, for its stages (stages/timing.py)."""
 
     answered: Answered
     request_id: str
     model_name: str
     model_version: str | None
     headers: dict[str, str]
+    parsed_at: float = 0.0
+    answered_at: float = 0.0

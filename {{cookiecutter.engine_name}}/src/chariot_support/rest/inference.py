@@ -25,6 +25,7 @@ from typing import Any
 from starlette.middleware.cors import CORSMiddleware
 from starlette.middleware.gzip import GZipMiddleware
 
+from chariot_support.after_answer import afterwards
 from chariot_support.error_bodies import send_error
 from chariot_support.errors import BadRequest, ChariotError, internal_error
 from chariot_support.logs.request_lines import (
@@ -38,6 +39,7 @@ from chariot_support.memory.budgets import LARGE_BODY, BodyBudget
 from chariot_support.pipeline.pipeline import SERVING_ERRORS, request_id_of
 from chariot_support.protocols import chariot_v2, legacy, v2_binary
 from chariot_support.protocols import v2_rest as v2
+from chariot_support.protocols.request import Answer
 from chariot_support.rest.bodies import (
     BOTH_FRAMINGS,
     BodyTooLarge,
@@ -50,8 +52,11 @@ from chariot_support.rest.bodies import (
 from chariot_support.seams.metrics import HTTPMetrics
 from chariot_support.seams.uvicorn import ANSWERED
 from chariot_support.settings import EngineSettings
+from chariot_support.stages.timing import server_timing, stage_times
 
 logger = logging.getLogger("chariot_support")
+
+Rendered = tuple[bytes, str, dict, Answer]  # a protocol's answer: body, media type, headers, the pipeline's answer
 
 # Each inference route once: its path, and the route template MLServer's HTTP metrics label it with.
 V2_PATH = re.compile(r"/v2/models/(?P<name>[^/]+)(?P<versioned>/versions/(?P<version>[^/]+))?/infer(?P<slash>/?)")
@@ -106,6 +111,7 @@ class InferenceFront:
         self.max_elements = engine.max_elements
         self.max_depth = engine.max_json_depth
         self.max_inputs = engine.max_inputs
+        self.server_timing = engine.server_timing  # CHARIOT_SERVER_TIMING: each answer's stages in its headers
         self.protocol = chariot_v2.Protocol(engine.inference_protocol)
         self.metrics = HTTPMetrics.find(app)
         self.answer_http = _with_cors_and_gzip(self._inference, settings)
@@ -147,24 +153,42 @@ class InferenceFront:
             self.metrics.started("POST")
         with request_entry() as entry:
             try:
-                status = await self._serve(scope, receive, send, kind, match, raw, headers)
+                status = await self._serve(scope, receive, send, kind, match, raw, headers, started, entry)
             finally:
+                ended = time.perf_counter()
                 model = match["name"] if kind == "v2" else self.pipeline.model_name
+                answer, stages = entry.get("answer"), entry.get("stages")
+                if stages is not None:  # now that the answer is written
+                    stages = (*stages[:-1], (ended - answer.answered_at) * 1000)
                 log_request(
                     protocol="rest",
                     method="POST",
                     path=scope["path"],
                     status=status,
                     started=started,
+                    ended=ended,
                     request_id=entry.get("request_id") or header_request_id(headers),
                     model=model,
+                    stages=stages,
                 )
                 if self.metrics is not None:
-                    self.metrics.finished("POST", route_template(kind, match), status, time.perf_counter() - started)
+                    self.metrics.finished("POST", route_template(kind, match), status, ended - started)
+                afterwards.later(
+                    self.pipeline.statistics.record,
+                    _model_addressed(kind, match) if answer is None else answer.model_name,
+                    status == 200,
+                    ended - started,
+                    ended,
+                    stages,
+                    None if answer is None else answer.answered.stages,
+                )
 
-    async def _serve(self, scope, receive, send, kind: str, match: re.Match, raw: dict, headers: dict[str, str]) -> int:
+    async def _serve(
+        self, scope, receive, send, kind: str, match: re.Match, raw: dict, headers: dict[str, str], started, entry
+    ) -> int:
         """Read the body within its limits, answer it, and send the answer: the status sent (499 when the client
-        left first, or what the connection answered when it cut a slow client)."""
+        left first, or what the connection answered when it cut a slow client). The pipeline's answer and the
+        request's stages up to its writing go into `entry`."""
         if both_framings(raw.items()):
             return await send_error(send, 400, BOTH_FRAMINGS, close=True)
         declared = raw.get(b"content-length", b"")
@@ -173,10 +197,13 @@ class InferenceFront:
             return await send_error(send, 413, body_too_large(f"{size:,} bytes", self.max_bytes))
         budget = self.budget
         held = 0
+        admission = 0.0  # seconds waiting for room in the body budget
         try:
             if size:
+                waiting = time.perf_counter()
                 await budget.reserve(size)
                 held = size
+                admission = time.perf_counter() - waiting
             encoding = headers.get("content-encoding", "")
             lines = None
             jsonl = chariot_v2.media_type(headers.get("content-type")) in chariot_v2.JSONL_TYPES
@@ -209,7 +236,8 @@ class InferenceFront:
             problem = await shape_problem(body, max_elements=self.max_elements, max_depth=self.max_depth, end=head)
             if problem is not None:
                 return await send_error(send, *problem)
-            content, media_type, extra = await self._protocols[kind](body, match, headers, head)
+            arrived = time.perf_counter()
+            content, media_type, extra, answer = await self._protocols[kind](body, match, headers, head)
         except BodyTooLarge as refused:
             return await send_error(send, 413, str(refused))
         except SERVING_ERRORS as error:
@@ -221,15 +249,20 @@ class InferenceFront:
         finally:
             if held:
                 budget.release(held)
+        entry["answer"] = answer
+        stages = entry["stages"] = stage_times((started, admission, arrived - started - admission, arrived), answer)
         response_headers = [(b"content-type", media_type.encode()), (b"content-length", b"%d" % len(content))]
         response_headers += [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in extra.items()]
+        if self.server_timing:  # the total: to the answer, which the stages so far add up to
+            timing = server_timing(stages, (answer.answered_at - started) * 1000)
+            response_headers.append((b"server-timing", timing))
         await send({"type": "http.response.start", "status": 200, "headers": response_headers})
         await send({"type": "http.response.body", "body": content})
         return 200
 
-    async def _v2(
-        self, body: bytes, match: re.Match, headers: dict[str, str], head: int | None
-    ) -> tuple[bytes, str, dict]:
+    # Each protocol answers with the body, its media type, the answer's headers, and the pipeline's answer.
+
+    async def _v2(self, body: bytes, match: re.Match, headers: dict[str, str], head: int | None) -> Rendered:
         return await self._answer_v2(body, None, headers, match["name"], match["version"], head)
 
     async def _answer_v2(
@@ -240,7 +273,7 @@ class InferenceFront:
         name: str | None,
         version: str | None,
         head: int | None = None,
-    ) -> tuple[bytes, str, dict]:
+    ) -> Rendered:
         """A V2 body answered: JSON (`decoded`, when it is already read), or `head` bytes of JSON and then binary
         tensor data; a large one is read off the loop. The answer is JSON unless the request asks for binary
         outputs."""
@@ -254,11 +287,9 @@ class InferenceFront:
         request, outputs = await asyncio.to_thread(read) if len(body) > LARGE_BODY else read()
         answer = await self.pipeline.answer(request, headers, name, version)
         content, media_type, extra = v2_binary.render(answer, outputs)
-        return content, media_type, {**answer.headers, **extra}
+        return content, media_type, {**answer.headers, **extra}, answer
 
-    async def _root(
-        self, body: bytes, match: re.Match, headers: dict[str, str], head: int | None
-    ) -> tuple[bytes, str, dict]:
+    async def _root(self, body: bytes, match: re.Match, headers: dict[str, str], head: int | None) -> Rendered:
         """The root /infer: chariot-v2-kserve or chariot-v2, as CHARIOT_INFERENCE_PROTOCOL pins it or the request
         shows it. A body in the binary tensor data extension is chariot-v2-kserve's."""
         if head is not None:
@@ -279,11 +310,9 @@ class InferenceFront:
             return await self._answer_v2(body, decoded, headers, None, None)
         answer = await self.pipeline.answer(sent.request, headers)
         content, media_type = chariot_v2.render(list(answer.answered.results), sent.form)
-        return content, media_type, answer.headers
+        return content, media_type, answer.headers, answer
 
-    async def _v1(
-        self, body: bytes, match: re.Match, headers: dict[str, str], head: int | None
-    ) -> tuple[bytes, str, dict]:
+    async def _v1(self, body: bytes, match: re.Match, headers: dict[str, str], head: int | None) -> Rendered:
         """KServe V1 and TensorFlow Serving: `/v1/models/<name>[/versions/<v>]:<verb>`."""
         path = match["path"]
         verb = legacy.VERB_PATH.fullmatch(path)
@@ -299,7 +328,18 @@ class InferenceFront:
         # Reading a body of pixel lists takes long enough to hold up health checks: off the loop.
         request = await asyncio.to_thread(lambda: dataclasses.replace(read(legacy.read_body(body)), id=request_id))
         answer = await self.pipeline.answer(request, headers, verb["name"], verb["version"], explain=name == "explain")
-        return legacy.render(name, answer), "application/json", answer.headers
+        return legacy.render(name, answer), "application/json", answer.headers, answer
+
+
+def _model_addressed(kind: str, match: re.Match) -> str | None:
+    """The model a request the pipeline did not answer was sent to, as the client named it (None: the served model,
+    as the root /infer and a legacy path too broken to name one address it)."""
+    if kind == "v2":
+        return match["name"]
+    if kind == "v1":
+        verb = legacy.VERB_PATH.fullmatch(match["path"])
+        return None if verb is None else verb["name"]
+    return None
 
 
 def _with_cors_and_gzip(answer, settings):

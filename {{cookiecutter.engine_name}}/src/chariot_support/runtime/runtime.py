@@ -46,6 +46,7 @@ from chariot_support.runtime.plan import ServingPlan
 from chariot_support.runtime.threads import Call, Overran, StuckThreads, Threads, expire, settle
 from chariot_support.runtime.warmup import warm_up
 from chariot_support.settings import EngineSettings
+from chariot_support.stages.timing import RuntimeStages
 
 logger = logging.getLogger("chariot_support")
 T = TypeVar("T")
@@ -194,7 +195,8 @@ class ChariotRuntime(MLModel):
                 f"{self._threads.stuck.cap} predicts that overran CHARIOT_PREDICT_TIMEOUT are still running"
                 " (CHARIOT_MAX_STUCK_THREADS); the engine takes requests again when one returns"
             )
-        call = Call(request_id, time.monotonic() + self._timeout)
+        now = time.monotonic()
+        call = Call(request_id, now + self._timeout, now)
         if self._inline:
             return work(*args, call)
         # One loop future, settled by the worker thread or by the timer, whichever comes first: a fraction of the
@@ -254,9 +256,11 @@ class ChariotRuntime(MLModel):
             raise asyncio.CancelledError
         with self._state_lock:
             call.in_predict = True
+        began = time.monotonic()
         try:
             return getattr(instance, method)(*args)
         finally:
+            call.model_call = (began, time.monotonic())
             with self._state_lock:
                 call.in_predict = False
                 self._copies.release(instance)
@@ -292,20 +296,44 @@ class ChariotRuntime(MLModel):
         return decode_pixels(image.encoded, image.kind, image.where, image.item)  # checked as it was read
 
     def _answer(self, parsed: ParsedRequest, request_id: str, explain: bool, call: Call) -> Answered:
+        began = time.monotonic()
         with self._budget.admit(parsed.decoded_bytes, call.deadline):
+            admitted = time.monotonic()
             images, chosen = self._results(parsed, call)
             explanations = self._explain(images, parsed, chosen, request_id, call) if explain else None
+        results = tuple(to_json(results) for results in chosen)
+        ended = time.monotonic()
+        predict_began, predict_ended, batch, executed = call.predicted
+        # The stages follow each other: waiting for this thread, for room to decode, decoding, waiting for a model
+        # copy or a batch, the model's call (and explain's), and from its end to the formatted answer.
+        # (Made with tuple.__new__: a NamedTuple's own constructor is a Python call, paid on every request.)
+        stages = tuple.__new__(
+            RuntimeStages,
+            (
+                (began - call.started) + (predict_began - call.decoded),  # queue
+                admitted - began,  # admission
+                call.decoded - admitted,  # decode
+                predict_ended - predict_began + call.explained,  # predict
+                ended - predict_ended - call.explained,  # results
+                ended - call.started,  # seconds
+                len(parsed.images),  # images
+                batch,
+                executed,
+            ),
+        )
         return Answered(
             names=tuple(i.name for i in parsed.images),
-            results=tuple(to_json(results) for results in chosen),
+            results=results,
             image_metadata=tuple(i.metadata for i in parsed.images),
             metadata=parsed.metadata,
             explanations=None if explanations is None else tuple(explanations),
+            stages=stages,
         )
 
     def _results(self, request: ParsedRequest, call: Call) -> tuple[list[Image], list[list[Any]]]:
         """Decode, predict, check and select: each image's results as the engine answers them."""
         pixels = self._map(lambda i: self._decode(i, call), request.images)
+        call.decoded = time.monotonic()
         images = [
             Image(
                 name=i.name,
@@ -338,6 +366,11 @@ class ChariotRuntime(MLModel):
         try:
             with model_output.serving([c.request_id for c in calls]):
                 results = self._call_model(calls[0], "predict", images, tensors, calls=calls)
+            # The call's time is every request's in it; it ran as the first, which counts it once.
+            began, ended = calls[0].model_call
+            calls[0].predicted = (began, ended, len(images), True)
+            for other in calls[1:]:
+                other.predicted = (began, ended, len(images), False)
         except ChariotError:
             raise
         except Exception as exc:
@@ -356,6 +389,7 @@ class ChariotRuntime(MLModel):
         try:
             with model_output.serving([request_id]):
                 explanations = self._call_model(call, "explain", images, request.tensors, chosen)
+            call.explained = call.model_call[1] - call.model_call[0]
         except ChariotError:
             raise
         except Exception as exc:

@@ -81,13 +81,20 @@ def expire(answer: asyncio.Future) -> None:
 
 @dataclass
 class Call:
-    """One request on its way through a worker thread, as the timeout sees it."""
+    """One request on its way through a worker thread, as the timeout sees it, and the times (time.monotonic()) the
+    runtime takes its stages from: when it arrived, when its images were decoded, and the model's call that served
+    it (began, ended, images in the call, whether this request's call ran it)."""
 
     request_id: str | None
     deadline: float
+    started: float = 0.0
     in_predict: bool = False
     overran: bool = False
     abandoned: bool = False  # its caller gave up (a gRPC deadline passed, the client went away): never predicted
+    decoded: float = 0.0
+    model_call: tuple[float, float] = (0.0, 0.0)  # the last call of the model made as this request: began, ended
+    predicted: tuple[float, float, int, bool] | None = None  # the predict that served it, batched or not
+    explained: float = 0.0  # seconds in the model's explain
 
 
 class Threads:

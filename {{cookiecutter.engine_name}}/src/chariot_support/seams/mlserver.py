@@ -2,8 +2,7 @@
 
 Nothing else in the support package reaches past MLServer's public API. `tests/support/test_internals.py` holds
 canaries that use each assumption made here on MLServer's real objects (its CANARIES table names them for each
-private name): on an MLServer where one no longer holds, the canary says which in plain words.
-"""
+private name): on an MLServer where one no longer holds, the canary says which in plain words."""
 
 from __future__ import annotations
 
@@ -97,6 +96,9 @@ class EngineServer(MLServer):
     def grpc_limits(self, settings: Settings) -> tuple[Any, list[tuple[str, Any]]]:
         """The interceptor put in front of every gRPC call (None: none), and options added to the gRPC server's."""
         return None, []
+
+    def grpc_handlers(self) -> list[Any]:  # grpc.GenericRpcHandlers of calls MLServer's services do not have
+        return []  # gRPC asks them for a method no registered handler serves
 
     predict_timeout: float = 60.0
     stopping = False  # set by the first stop
@@ -222,7 +224,9 @@ class _AioWithLimits:
                 limits.count_calls_in(GRPCMetrics(started, handled, kept._metrics["grpc_server_handled_histogram"]))
                 interceptors[index] = StreamingCallsOnly(interceptor)
         interceptors = [limits, *interceptors] if limits is not None else interceptors
-        return grpc_aio.server(*args, interceptors=interceptors, options=options, **kwargs)
+        server = grpc_aio.server(*args, interceptors=interceptors, options=options, **kwargs)
+        server.add_generic_rpc_handlers(tuple(self._server._engine.grpc_handlers()))  # calls MLServer's service lacks
+        return server
 
 
 @functools.cache

@@ -28,6 +28,7 @@ from chariot_support.memory.budgets import BodyBudget
 from chariot_support.model.base import ChariotModel, has_explain
 from chariot_support.pipeline.data_plane import ChariotDataPlane, ChariotRepositoryHandlers, EngineRepository
 from chariot_support.rest.app import install_rest_app
+from chariot_support.rest.extensions import install_extension_routes
 from chariot_support.rest.legacy_routes import install_legacy_routes
 from chariot_support.rest.page import install_page
 from chariot_support.runtime.plan import ServingPlan
@@ -42,9 +43,11 @@ from chariot_support.seams.mlserver import (
     start_workers_with,
 )
 from chariot_support.seams.uvicorn import IdleLimitedProtocol
-from chariot_support.server.devices import WorkerDevices
+from chariot_support.server.devices import WorkerDevices, visible_gpus
 from chariot_support.server.workers import WORKER_GRACE, WorkerWatch
 from chariot_support.settings import EngineSettings, config
+from chariot_support.stages.histograms import WithStageHistograms
+from chariot_support.triton.config import model_config
 
 logger = logging.getLogger("chariot_support")
 
@@ -142,6 +145,7 @@ def model_settings(model_class: type[ChariotModel], model_id: str, engine: Engin
                 "model_class": f"{model_class.__module__}:{model_class.__qualname__}",
                 "task_type": model_class.task_type.value,  # the pipeline checks requests by it, without the model
                 "explains": has_explain(model_class),
+                "copies": ServingPlan.of(model_class, engine).copies,  # in each process, for the model configuration
                 "engine_settings": engine.to_json(),
             },
         ),
@@ -188,8 +192,20 @@ class ChariotServer(EngineServer):
         chariot_plane = ChariotDataPlane(data_plane, model_registry, model_name=model.name, engine=self.engine)
         repository = EngineRepository(model)
         handlers = ChariotRepositoryHandlers(ModelRepositoryHandlers(repository, model_registry), chariot_plane)
-        self._chariot_plane = chariot_plane
+        self._chariot_plane, self._chariot_handlers = chariot_plane, handlers
+        workers = self.settings.parallel_workers
+        chariot_plane.model_config = model_config(
+            model,
+            self.engine,
+            copies=model.parameters.extra["copies"],
+            workers=workers,
+            gpus=self.devices.shares if workers else [visible_gpus(os.environ)],
+        )
         return chariot_plane, repository, handlers
+
+    def grpc_handlers(self) -> list[Any]:
+        # Triton's model configuration and statistics calls, answered by the engine's servicer.
+        return [ChariotInferenceServicer(self._chariot_plane, self._chariot_handlers).extension_handler()]
 
     async def drain(self, sig: int | None) -> None:
         """On SIGTERM: refuse new requests (503, the engine is stopping), stop taking connections and calls, and
@@ -215,11 +231,15 @@ class ChariotServer(EngineServer):
     def install_routes(self, rest_app: FastAPI, metrics_app: FastAPI | None) -> None:
         data_plane = self._chariot_plane
         install_rest_app(rest_app, data_plane, self.settings, self.body_budget)
+        install_extension_routes(rest_app, data_plane)
         install_legacy_routes(rest_app, data_plane.pipeline)
         if self.engine.page:
             install_page(rest_app)
         close_api_pages(rest_app, metrics_app, api_docs=self.engine.api_docs)
-        if metrics_app is not None:  # requests' metrics are counted after their answers: all of them before a scrape
+        if metrics_app is not None:
+            histograms, path = data_plane.pipeline.histograms, self.settings.metrics_endpoint
+            metrics_app.add_middleware(WithStageHistograms, histograms=histograms, path=path)
+            # Requests' metrics are counted after their answers: all of them before a scrape (outermost).
             metrics_app.add_middleware(FlushedBeforeScrape)
 
 

@@ -39,6 +39,9 @@ class Point:
     error: str  # the commonest error, when there were any
     others_cpus: float  # CPUs the rest of the machine kept busy meanwhile
     requests: int = 0
+    # Milliseconds an answered request spent in each stage the engine times (Triton's statistics over the run):
+    # "queue" (admission and waiting for a thread, a copy or a batch), "decode", "predict", "results".
+    stages: dict[str, float] | None = None
 
     @classmethod
     def failed(cls, candidate: Candidate, phase: str, why: str) -> Point:
@@ -170,7 +173,34 @@ def choose(points: list[Point], p99_ms: float | None = None) -> Choice:
         )
     else:
         why += " No measurement of the defaults kept within that bound."
+    # Why, in the stages: the other setting against the defaults at the same number of clients.
+    other = close or (None if best.candidate.is_default else best)
+    defaults_there = [p for p in standing if p.candidate.is_default and other and p.clients == other.clients]
+    if other is not None and defaults_there:
+        why += stage_reason(other, max(defaults_there, key=lambda p: p.rps))
     return Choice(best, bound, rule, why)
+
+
+# The stages the tool reads from the engine's statistics, as its reasons name them.
+STAGES = {"queue": "queue time", "decode": "decode time", "predict": "predict time", "results": "results time"}
+
+
+def stage_reason(point: Point, defaults: Point) -> str:
+    """Where a request's time went with `point`'s setting against the defaults at the same clients, in the stages
+    that moved most: ' At 8 clients, with copies=8: queue time fell from 140.0 to 3.0 ms a request; predict time
+    rose from 20.0 to 21.0 ms.' Empty when either has no stages."""
+    if not point.stages or not defaults.stages:
+        return ""
+    moved = sorted(STAGES, key=lambda s: abs(point.stages[s] - defaults.stages[s]), reverse=True)[:2]
+    said = []
+    for stage in moved:
+        before, after = defaults.stages[stage], point.stages[stage]
+        if abs(after - before) < 0.05 * max(before, after, 0.1):  # within a twentieth: not a reason
+            continue
+        said.append(f"{STAGES[stage]} {'fell' if after < before else 'rose'} from {before:.1f} to {after:.1f} ms")
+    if not said:
+        return ""
+    return f" At {clients(point.clients)}, with {point.candidate.label}: {'; '.join(said)} a request."
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ import math
 from pathlib import Path
 
 from chariot_support.dev.tune.candidates import Served, settings_env
-from chariot_support.dev.tune.choose import Choice, Point, Sizing, final
+from chariot_support.dev.tune.choose import STAGES, Choice, Point, Sizing, final
 
 
 def _number(value: float | None, digits: int = 1) -> str:
@@ -18,15 +18,16 @@ def table(points: list[Point]) -> str:
     """Every point measured, as a Markdown table; points superseded by a longer measurement are marked."""
     standing = {id(p) for p in final(points)}
     rows = [
-        "| setting | pass | clients | requests/s | p50 ms | p99 ms | CPU ms/request | CPUs busy | peak RSS MiB |"
-        " GPU MiB | errors | other load (CPUs) |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: |",
+        "| setting | pass | clients | requests/s | p50 ms | p99 ms | queue ms | decode ms | predict ms | results ms |"
+        " CPU ms/request | CPUs busy | peak RSS MiB | GPU MiB | errors | other load (CPUs) |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: |",
     ]
     for p in points:
         phase = p.phase if id(p) in standing else f"{p.phase} (superseded)"
+        stages = " | ".join(_number(p.stages.get(s) if p.stages else None, 2) for s in STAGES)
         rows.append(
             f"| {p.candidate.label} | {phase} | {p.clients} | {_number(p.rps)} | {_number(p.p50_ms)} |"
-            f" {_number(p.p99_ms)} | {_number(p.cpu_ms_per_request, 2)} | {_number(p.cpus_busy, 2)} |"
+            f" {_number(p.p99_ms)} | {stages} | {_number(p.cpu_ms_per_request, 2)} | {_number(p.cpus_busy, 2)} |"
             f" {_number(p.peak_rss_mb, 0)} | {_number(p.gpu_mb, 0)} | {p.error.replace('|', '/') or 0} |"
             f" {_number(p.others_cpus, 2)} |"
         )
@@ -142,9 +143,11 @@ def write(
         "## Every setting measured",
         "",
         "Each setting's engine was started as in production and sent the pictures in turn by a number of clients at"
-        " once. CPU and memory are the engine's whole process tree (workers included); other load is the rest of"
-        " the machine, measured beside each run. A quick pass measured every setting; the best were then measured"
-        " longer, and those figures stand.",
+        " once. Queue, decode, predict and results are the milliseconds an answered request spent in each, from the"
+        " engine's own statistics (queue: waiting for room, a thread, a model copy or a batch). CPU and memory are"
+        " the engine's whole process tree (workers included); other load is the rest of the machine, measured"
+        " beside each run. A quick pass measured every setting; the best were then measured longer, and those"
+        " figures stand.",
         "",
         table(points) if points else "(nothing was measured)",
         "",

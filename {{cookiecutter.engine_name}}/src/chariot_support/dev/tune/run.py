@@ -5,6 +5,7 @@ measured again for longer, within the time given."""
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import statistics
@@ -148,6 +149,8 @@ def measure(
     warmup = warmup_s(seconds)
     probe = machine.LoadProbe(lambda: [*machine.process_tree(engine.process.pid), own])
     cpu_before, mine_before = machine.cpu_seconds(pids), time.process_time()
+    stats_path = path.removesuffix("/infer") + "/stats"
+    before = stage_totals(engine.http_port, stats_path)
     probe.start()
     outcome = drive(engine.http_port, path, bodies, clients, seconds, warmup)
     pids = machine.process_tree(engine.process.pid)
@@ -167,7 +170,40 @@ def measure(
         error=summary_errors(outcome.errors),
         others_cpus=load["others_cpus"],
         requests=len(outcome.latencies),
+        stages=stages_between(before, stage_totals(engine.http_port, stats_path)),
     )
+
+
+# The stages the tool reports (choose.STAGES), by the field of Triton's statistics that counts each.
+TRITON_FIELDS = {"queue": "queue", "decode": "compute_input", "predict": "compute_infer", "results": "compute_output"}
+
+
+def stage_totals(port: int, path: str) -> dict[str, tuple[int, int]] | None:
+    """The engine's statistics (Triton's, at `path`): each stage's count and nanoseconds so far; None when the
+    engine does not answer them."""
+    try:
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        connection.request("GET", path)
+        reply = connection.getresponse()
+        if reply.status != 200:
+            return None
+        (stats,) = json.loads(reply.read())["model_stats"]
+    except (OSError, ValueError, KeyError, http.client.HTTPException):
+        return None
+    finally:
+        connection.close()
+    inference = stats["inference_stats"]
+    return {stage: (inference[field]["count"], inference[field]["ns"]) for stage, field in TRITON_FIELDS.items()}
+
+
+def stages_between(before: dict | None, after: dict | None) -> dict[str, float] | None:
+    """Milliseconds a request spent in each stage between two readings of the statistics (warm-up included)."""
+    if before is None or after is None:
+        return None
+    counts = {stage: after[stage][0] - before[stage][0] for stage in after}
+    if not all(counts.values()):
+        return None
+    return {stage: (after[stage][1] - before[stage][1]) / counts[stage] / 1e6 for stage in after}
 
 
 def tune(plan: Plan) -> Tuning:

@@ -3,7 +3,7 @@
     .venv/bin/python scripts/hostile_figures.py [--slow-clients | --grpc | --bodies]
 
 Starts the faulty test engine with default settings (plus what each attack names), one engine per attack, and
-stops each by its process id. Prints a Markdown table for the README's reliability section. `--slow-clients` runs
+stops each by its process id. Prints a Markdown table for the engine's docs/reliability.md. `--slow-clients` runs
 only the attacks of slow clients on the connection table (about a minute); `--grpc` only the gRPC attacks, whose
 table is printed after the others; `--bodies` only the attacks on request bodies and what the engine echoes."""
 

@@ -1,6 +1,6 @@
 """The evaluation command in a baked engine: the CI workflow's commented step, once uncommented, evaluates the
-engine's own package (found beside chariot_support) on a held-back set, and the README's picture is the file
-committed in the template, copied unrendered."""
+engine's own package (found beside chariot_support) on a held-back set, and the evaluation page's picture is the
+file committed in the template, copied unrendered."""
 
 import json
 import os
@@ -65,15 +65,15 @@ def test_a_broken_dataset_is_named_before_the_engine_starts(baked, tmp_path):
     assert "starting" not in refused.stderr, "the engine was started for a dataset it could not be evaluated on"
 
 
-def test_the_readme_shows_a_real_runs_picture(baked):
+def test_the_evaluation_page_shows_a_real_runs_picture_and_the_readme_the_command(baked):
     root = Path(baked("Image Segmentation"))
-    readme = (root / "README.md").read_text()
-    assert "### Evaluate before you push" in readme
-    assert "](docs/evaluation-worst-image.png)" in readme
+    page = (root / "docs" / "evaluation.md").read_text()
+    assert "](evaluation-worst-image.png)" in page
     shipped = ENGINE_TEMPLATE / "docs" / "evaluation-worst-image.png"
     assert (root / "docs" / "evaluation-worst-image.png").read_bytes() == shipped.read_bytes()
     assert shipped.stat().st_size < 100_000
-    assert "python -m chariot_support.evaluate evaluation-data/instances.json --min mAP=0.5" in readme
+    command = "python -m chariot_support.evaluate evaluation-data/instances.json --min mAP=0.5"
+    assert command in (root / "README.md").read_text() and command in page
 
 
 def test_the_evaluation_group_is_pinned_and_only_installed_when_asked_for(baked):

@@ -1,6 +1,6 @@
 """The files the template README's own commands write land where git ignores them, so trying the README leaves
-the checkout clean; the podman commands carry the options these hosts need; and what the engine README says of its
-OpenCV holds."""
+the checkout clean; the podman commands the READMEs and docs/ give carry the options these hosts need; and what the
+engine's docs/model.md says of its OpenCV holds."""
 
 import re
 import subprocess
@@ -28,27 +28,28 @@ def test_every_file_the_readme_writes_is_ignored_by_git():
         assert result.returncode == 0, f"{name}, written by a README command, would show as an untracked file"
 
 
-def test_every_podman_run_in_the_readmes_has_the_options_the_image_test_runs_with():
+def test_every_podman_run_in_the_docs_has_the_options_the_image_test_runs_with():
     """The image test runs podman with the runtime and limits these hosts need; a README command without them
     fails with `error setting rlimit type 7`."""
     script = (TEMPLATE_ROOT / "scripts" / "test-image").read_text()
     options = re.search(r"^RUN_OPTIONS=\((.*?)\)", script, re.M).group(1)
     assert "--runtime runc" in options and "--ulimit nofile=" in options
-    for readme in (README, ENGINE_TEMPLATE / "README.md"):
-        commands = re.findall(r"^\s*podman run .*$", readme.read_text(), re.M)
-        assert commands, f"{readme} shows no podman run command"
-        for command in commands:
-            assert f"podman run --rm {options} " in command, f"{readme}: {command.strip()} lacks {options}"
+    for root in (TEMPLATE_ROOT, ENGINE_TEMPLATE):
+        pages = [root / "README.md", *sorted((root / "docs").glob("*.md"))]
+        commands = [(p, c) for p in pages for c in re.findall(r"^\s*podman run .*$", p.read_text(), re.M)]
+        assert commands, f"neither {root.name}'s README nor its docs/ show a podman run command"
+        for page, command in commands:
+            assert f"podman run --rm {options} " in command, f"{page}: {command.strip()} lacks {options}"
 
 
-def test_the_engine_readmes_opencv_note_holds_for_the_pinned_opencv():
-    """What the engine README says OpenCV 5 lacks, and what it offers instead, for the OpenCV the engine pins."""
+def test_the_engine_docs_opencv_note_holds_for_the_pinned_opencv():
+    """What docs/model.md says OpenCV 5 lacks, and what it offers instead, for the OpenCV the engine pins."""
     import os
 
     import cv2
 
-    readme = (ENGINE_TEMPLATE / "README.md").read_text()
-    assert "`cv2.CascadeClassifier` (Haar and LBP cascades) and `cv2.HOGDescriptor` are gone" in readme
+    page = (ENGINE_TEMPLATE / "docs" / "model.md").read_text()
+    assert "`cv2.CascadeClassifier` (Haar and LBP cascades) and `cv2.HOGDescriptor` are gone" in page
     assert cv2.__version__.startswith("5.")
     assert not hasattr(cv2, "CascadeClassifier") and not hasattr(cv2, "HOGDescriptor")
     assert not [f for f in os.listdir(cv2.data.haarcascades) if f.endswith(".xml")]

@@ -98,15 +98,18 @@ def test_ci_python_is_the_image_python(engines):
 def test_ci_runs_the_readme_commands(engines):
     root = engines["Object Detection"]
     readme = (root / "README.md").read_text()
+    testing = (root / "docs" / "testing.md").read_text()  # "Lint and CI" and "Weights in CI"
     steps = {step["name"]: step["run"] for step in workflow_steps(root) if "run" in step}
-    fetch = steps.pop("Fetch the model's files")  # README.md, "Weights in CI": test_the_weights_step_... runs it
-    assert "gh release download" in fetch and "\ngh variable set MODEL_RELEASE " in readme
+    fetch = steps.pop("Fetch the model's files")  # test_the_weights_step_... runs it
+    assert "gh release download" in fetch and "\ngh variable set MODEL_RELEASE " in testing
     steps = list(steps.values())
     kinds = [shlex.split(step)[0] for step in steps]
     assert kinds == ["pip", "uv", "uv", "uv", "docker"], steps
     assert job_env(root) == {"UV_LOCKED": "1"}, "CI's uv commands fail, rather than lock again, on a stale uv.lock"
     for step in steps[:-1]:
-        assert f"`{step}`" in readme or f"\n{step}\n" in readme, f"CI runs `{step}`, which the README does not give"
+        assert f"`{step}`" in testing or f"\n{step}\n" in testing, (
+            f"CI runs `{step}`, which docs/testing.md does not give"
+        )
     build = shlex.split(steps[-1])
     assert build[:3] == ["docker", "build", "-t"] and build[-1] == "."
     assert build[3].split(":")[0].rsplit("/", 1)[-1] == root.name
@@ -151,10 +154,11 @@ def test_the_weights_step_fetches_the_release_into_model_dir_and_says_when_none_
 
 @pytest.mark.bake
 def test_the_engine_installs_the_uv_the_template_tests_with(engines):
-    """The README, the CI workflow and the Dockerfile install one uv, the version requirements-dev.txt pins."""
+    """The README, the page on CI, the CI workflow and the Dockerfile install one uv, the version requirements-dev.txt
+    pins."""
     pin = re.search(r"^uv==\S+$", (TEMPLATE_ROOT / "requirements-dev.txt").read_text(), re.M)[0]
     root = engines["Object Detection"]
-    for name in ("README.md", ".github/workflows/ci.yml", "Dockerfile"):
+    for name in ("README.md", "docs/testing.md", ".github/workflows/ci.yml", "Dockerfile"):
         named = set(re.findall(r"\buv==[0-9][^\s'\"`]*", (root / name).read_text()))
         assert named == {pin}, f"{name} installs {sorted(named)}, the template tests with {pin}"
 

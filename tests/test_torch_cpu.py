@@ -1,6 +1,7 @@
-"""PyTorch's CPU-only build chosen as the engine's README says (its [tool.uv.sources] and [[tool.uv.index]] tables,
-appended to pyproject.toml), against a stand-in for PyTorch's CPU index served on loopback: the lock holds the CPU
-build and no CUDA package, and the engine, with a torch model, installs from it and passes its own tests.
+"""PyTorch's CPU-only build chosen as the engine's docs/dependencies.md says (its [tool.uv.sources] and
+[[tool.uv.index]] tables, appended to pyproject.toml), against a stand-in for PyTorch's CPU index served on loopback:
+the lock holds the CPU build and no CUDA package, and the engine, with a torch model, installs from it and passes its
+own tests.
 
 PyTorch's index cannot be reached here. The stand-in serves the one real CPU wheel on this disk (torch 2.13.0+cpu,
 cp311, linux x86_64, from pip's find-links folder). uv.lock's required environments (linux x86_64 and aarch64 and
@@ -170,9 +171,9 @@ def index(tmp_path):
         server.wait(timeout=10)
 
 
-def readme_cpu_tables(root: Path) -> str:
-    """The TOML the README says to add at the end of pyproject.toml for PyTorch's CPU-only build."""
-    blocks = re.findall(r"```toml\n(.*?)```", (root / "README.md").read_text(), re.S)
+def page_cpu_tables(root: Path) -> str:
+    """The TOML docs/dependencies.md says to add at the end of pyproject.toml for PyTorch's CPU-only build."""
+    blocks = re.findall(r"```toml\n(.*?)```", (root / "docs" / "dependencies.md").read_text(), re.S)
     (tables,) = [block for block in blocks if 'name = "pytorch-cpu"' in block]
     return tables
 
@@ -180,7 +181,7 @@ def readme_cpu_tables(root: Path) -> str:
 def test_the_cpu_build_is_locked_from_its_index_without_cuda_and_the_engine_serves_a_torch_model_on_it(tmp_path, index):
     url, add_stand_ins = index
     root = bake("Object Detection", tmp_path / "engine")
-    tables = readme_cpu_tables(root)
+    tables = page_cpu_tables(root)
     assert 'url = "https://download.pytorch.org/whl/cpu"' in tables and "explicit = true" in tables
     pyproject = root / "pyproject.toml"
     pyproject.write_text(pyproject.read_text() + "\n" + tables.replace("https://download.pytorch.org/whl/cpu", url))

@@ -1,4 +1,4 @@
-"""The model folder the README runs and tests with (`MODEL_DIR=./my-model`) stays out of git and out of the image's
+"""The model folder the README and docs/ run and test with (`MODEL_DIR=./my-model`) stays out of git and out of the image's
 build context: weights reach the engine through Chariot's model upload, not its repository or its image."""
 
 import re
@@ -13,10 +13,10 @@ ROOT = default_engine()
 
 
 def model_folders() -> set[str]:
-    """The folders the README points MODEL_DIR (or the image's /mnt/models) at."""
-    readme = (ROOT / "README.md").read_text()
+    """The folders the README and docs/ point MODEL_DIR (or the image's /mnt/models) at."""
+    text = "\n".join(p.read_text() for p in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))])
     return set(
-        re.findall(r"MODEL_DIR=(?:\$PWD/|\./)([\w.-]+)", readme) + re.findall(r"\$PWD/([\w.-]+):/mnt/models", readme)
+        re.findall(r"MODEL_DIR=(?:\$PWD/|\./)([\w.-]+)", text) + re.findall(r"\$PWD/([\w.-]+):/mnt/models", text)
     )
 
 

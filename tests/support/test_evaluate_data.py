@@ -300,3 +300,41 @@ def test_without_the_eval_extra_it_says_how_to_install_it(tmp_path, monkeypatch,
     )
     assert code == 2
     assert "valor_lite not installed: run `uv sync --group eval`" in capsys.readouterr().err
+
+
+# One small dataset of each task type, as the file the task reads (DOTA: the folder), in a folder of its own.
+DATASETS = {
+    OD: lambda folder: coco(folder / "data", SCENES),
+    SEG: lambda folder: coco(folder / "data", SCENES, masks="polygon"),
+    TaskType.ORIENTED_OBJECT_DETECTION: lambda folder: dota(folder / "data", SCENES),
+    TaskType.IMAGE_CLASSIFICATION: lambda folder: class_csv(folder / "data", single_colour(3)),
+    TaskType.IMAGE_TEXT_TO_TEXT: lambda folder: jsonl(folder, [GOOD_LINE]),
+}
+
+
+@pytest.mark.parametrize("task", list(TaskType), ids=lambda t: t.value)
+def test_the_folder_holding_a_dataset_is_read_as_its_file(tmp_path, task):
+    """`python -m chariot_support.evaluate evaluation-data` for every task type: the folder's instances.json,
+    labels.csv or prompts.jsonl (a DOTA folder is the dataset itself), as the dataset file itself is read."""
+    given = DATASETS[task](tmp_path)
+    folder = given if given.is_dir() else given.parent
+    from_folder, from_file = load(task, folder), load(task, given)
+    assert [s.uid for s in from_folder.samples] == [s.uid for s in from_file.samples] and from_file.samples
+    assert from_folder.source == given
+
+
+def test_a_folder_is_read_by_the_one_file_of_its_kind_and_refused_with_two(tmp_path):
+    path = coco(tmp_path / "data", SCENES)
+    exported = path.rename(path.with_name("_annotations.coco.json"))  # as some tools name a COCO export
+    assert load(OD, tmp_path / "data").source == exported
+    (tmp_path / "data" / "val.json").write_text("{}")
+    with pytest.raises(DatasetError, match=r"holds 2 \.json files \(_annotations.coco.json, val.json\); name the one"):
+        load(OD, tmp_path / "data")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(DatasetError, match="empty is a folder without instances.json or another .json file"):
+        load(SEG, tmp_path / "empty")
+
+
+def test_a_folder_of_class_folders_is_still_read_as_classes(tmp_path):
+    folders = class_folders(tmp_path / "folders", single_colour(3))
+    assert load(TaskType.IMAGE_CLASSIFICATION, folders).source == folders

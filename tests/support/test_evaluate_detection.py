@@ -3,7 +3,9 @@ the scores on generated scenes with known shapes, how they fall as the annotatio
 pycocotools, the gate, the outputs, and the engine it starts itself."""
 
 import base64
+import contextlib
 import http.server
+import io
 import json
 import math
 import threading
@@ -17,6 +19,8 @@ from pycocotools.cocoeval import COCOeval
 
 from chariot_support.client import cli as client
 from chariot_support.evaluate import cli as evaluate
+from chariot_support.evaluate.data import Box, Dataset, Sample
+from chariot_support.evaluate.metrics import score
 from chariot_support.model.tasks import TaskType
 
 SCENES = scenes(6)
@@ -108,6 +112,52 @@ def test_pycocotools_agrees_with_the_figures_on_imperfect_annotations(engine, tm
         if m["type"] == "AP" and m["parameters"]["iou_threshold"] == 0.5
     }
     assert ap == pytest.approx(per_label, abs=1e-3)
+
+
+def scored_both_ways(tmp_path, answers: list[dict], labels: list[str]) -> tuple[dict, list[float]]:
+    """One 100x100 image whose one `red` box is at (10, 10)-(50, 50), with `answers` to it: the engine's summary and
+    pycocotools' stats for the same answers."""
+    truth = Box("red", 10, 10, 50, 50)
+    dataset = Dataset(
+        TaskType.OBJECT_DETECTION, tmp_path / "x.json", [Sample("a", tmp_path / "a.png", 100, 100, (truth,))], labels
+    )
+    summary = score(dataset, {"a": answers}).summary
+    ids = {label: i for i, label in enumerate(labels, start=1)}
+    document = {
+        "images": [{"id": 1, "width": 100, "height": 100, "file_name": "a.png"}],
+        "annotations": [
+            {"id": 1, "image_id": 1, "category_id": 1, "bbox": [10, 10, 40, 40], "area": 1600, "iscrowd": 0}
+        ],
+        "categories": [{"id": i, "name": label} for label, i in ids.items()],
+    }
+    (tmp_path / "x.json").write_text(json.dumps(document))
+    found = [
+        {"image_id": 1, "category_id": ids[a["label"]], "score": a["score"], "bbox": [x0, y0, x1 - x0, y1 - y0]}
+        for a in answers
+        for x0, y0, x1, y1 in [(a["xmin"], a["ymin"], a["xmax"], a["ymax"])]
+    ]
+    with contextlib.redirect_stdout(io.StringIO()):  # pycocotools prints as it goes
+        coco_truth = COCO(str(tmp_path / "x.json"))
+        check = COCOeval(coco_truth, coco_truth.loadRes(found), "bbox")
+        check.evaluate()
+        check.accumulate()
+        check.summarize()
+    return summary, list(check.stats)
+
+
+def test_the_figures_differ_from_pycocotools_as_the_evaluation_page_says(tmp_path):
+    """docs/evaluation.md: mAP is pycocotools' AP50; mAR counts answers scoring at least 0.5, where pycocotools' AR
+    counts all; a label with answers and no ground truth is averaged in, where pycocotools leaves it out."""
+    right = {"label": "red", "xmin": 10, "ymin": 10, "xmax": 50, "ymax": 50}
+    summary, stats = scored_both_ways(tmp_path, [{**right, "score": 0.4}], ["red"])
+    assert summary["mAP"] == pytest.approx(stats[1]) == pytest.approx(1.0)  # AP50, whatever the score
+    assert summary["mAR"] == 0.0 and stats[8] == pytest.approx(1.0)  # below 0.5: no recall here, full there
+    summary, stats = scored_both_ways(tmp_path, [{**right, "score": 0.5}], ["red"])
+    assert summary["mAR"] == pytest.approx(stats[8]) == pytest.approx(1.0)  # at least 0.5 counts
+    green = {"label": "green", "score": 0.9, "xmin": 60, "ymin": 60, "xmax": 90, "ymax": 90}
+    summary, stats = scored_both_ways(tmp_path, [{**right, "score": 0.9}, green], ["red", "green"])
+    assert summary["mAP"] == pytest.approx(0.5) and summary["mAR"] == pytest.approx(0.5)
+    assert stats[1] == pytest.approx(1.0) and stats[8] == pytest.approx(1.0)
 
 
 def test_the_gate_names_the_metric_its_value_and_the_bound(engine, tmp_path, capsys):

@@ -5,7 +5,7 @@ pytest`; it defaults to /mnt/models, as in the image).
 Tests marked `needs_weights` (test_model.py's and test_task.py's) are skipped, each saying why, in one case only:
 MODEL_DIR is not set, /mnt/models does not exist, and your model's load fails for want of a file. Everything else
 still runs. A MODEL_DIR that is set but lacks a file is a failure, not a skip: CI sets it once it has fetched the
-model's files (README.md, "Weights in CI")."""
+model's files (docs/testing.md, "Weights in CI")."""
 
 import functools
 import importlib
@@ -50,7 +50,7 @@ def missing_weights() -> str | None:
     return (
         f"the model's files are not here: MODEL_DIR is not set and {model_dir} does not exist, and load raised"
         f" {type(error).__name__}: {error}. Run `MODEL_DIR=./my-model pytest`; in CI, fetch them first"
-        " (README.md, Weights in CI)"
+        " (docs/testing.md, Weights in CI)"
     )
 
 

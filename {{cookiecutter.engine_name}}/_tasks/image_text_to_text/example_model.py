@@ -3,7 +3,8 @@ src/<package>/model.py and adapt it to your model's classes.
 
 The model folder (MODEL_DIR) holds what `save_pretrained` writes for a BLIP question-answering model and its
 processor (config.json, the weights, the tokenizer and image processor files). Add torch and transformers with
-exact pins: `uv add 'torch==2.14.1' 'transformers==5.23.0'` (README.md, "torch, CPU or CUDA", for the CPU build).
+exact pins: `uv add 'torch==2.14.1' 'transformers==5.23.0'` (docs/dependencies.md, "torch, CPU or CUDA", for the CPU
+build).
 """
 
 from collections.abc import Mapping, Sequence

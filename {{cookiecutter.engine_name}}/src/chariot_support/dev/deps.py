@@ -1,6 +1,6 @@
 """`python -m chariot_support.dev.deps`, the dependency command of engines baked before they were uv projects, gone:
 it says which uv command does the job now, from what the engine's folder holds, and exits 1. uv adds, locks and
-installs (README.md, "Adding packages").
+installs (docs/dependencies.md).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 
 GONE = "python -m chariot_support.dev.deps is gone: engines are uv projects (pyproject.toml and uv.lock)."
 NO_LOCK = (
-    'This folder has no uv.lock yet: README.md\'s "Updating" moves an engine from before uv.lock to it'
+    "This folder has no uv.lock yet: docs/updating.md moves an engine from before uv.lock to it"
     " (`git rm constraints.txt && uv lock`, once pyproject.toml is resolved)."
 )
 GUIDE = "docs/dependencies.md has the rest (PyTorch's CPU or CUDA build, over-tight pins, updating)."

@@ -72,7 +72,8 @@ def parser() -> argparse.ArgumentParser:
         metavar="DATASET",
         help="COCO instances .json (Object Detection, Image Segmentation); a folder per class or a file,label .csv"
         " (Image Classification); a DOTA folder of images/ and labelTxt/ (Oriented Object Detection); a .jsonl of"
-        ' {"image", "prompt", "answer"}, the prompt optional (Image Text to Text)',
+        ' {"image", "prompt", "answer"}, the prompt optional (Image Text to Text); or the folder that holds the file'
+        " (its instances.json, labels.csv or prompts.jsonl, or its one file of that kind)",
     )
     p.add_argument("--url", help="a running engine's base URL; by default this engine is started on a free port")
     p.add_argument(

@@ -79,15 +79,29 @@ class Dataset:
     notes: list[str] = field(default_factory=list)
 
 
+# The file a task's dataset is read from when DATASET names the folder that holds it: this name, else the one file of
+# the folder with this suffix (COCO exports go by many names: instances_val2017.json, _annotations.coco.json).
+FOLDER_FILES = {
+    TaskType.OBJECT_DETECTION: ("instances.json", ".json"),
+    TaskType.IMAGE_SEGMENTATION: ("instances.json", ".json"),
+    TaskType.IMAGE_CLASSIFICATION: ("labels.csv", ".csv"),
+    TaskType.IMAGE_TEXT_TO_TEXT: ("prompts.jsonl", ".jsonl"),
+}
+
+
 def load(task: TaskType, source: Path, images: Path | None = None) -> Dataset:
-    """Read `source` in the format `task` is evaluated on; `images` is where a COCO file's images live (the JSON's
-    folder by default). Raises DatasetError."""
+    """Read `source` in the format `task` is evaluated on, or the dataset file in the folder `source` names;
+    `images` is where a COCO file's images live (the JSON's folder by default). Raises DatasetError."""
     source = Path(source)
     if not source.exists():
         raise DatasetError(f"{source} does not exist")
+    if source.is_dir():
+        source = dataset_in(task, source)
     if task in (TaskType.OBJECT_DETECTION, TaskType.IMAGE_SEGMENTATION):
         if source.suffix.lower() != ".json" or not source.is_file():
-            raise DatasetError(f"{task.value} is evaluated on a COCO instances JSON file; {source} is not a .json file")
+            raise DatasetError(
+                f"{task.value} is evaluated on a COCO instances JSON file; {_not_one(source, '.json', 'is not a .json file')}"
+            )
         from chariot_support.evaluate import coco  # which reads into this module's types
 
         return coco.read(task, source, images or source.parent)
@@ -106,9 +120,38 @@ def load(task: TaskType, source: Path, images: Path | None = None) -> Dataset:
     if source.suffix.lower() not in (".jsonl", ".json") or not source.is_file():
         raise DatasetError(
             f'{task.value} is evaluated on a JSON lines file of {{"image", "prompt", "answer"}} (the prompt optional);'
-            f" {source} is not one"
+            f" {_not_one(source, '.jsonl', 'is not one')}"
         )
     return _prompts(source)
+
+
+def dataset_in(task: TaskType, folder: Path) -> Path:
+    """The dataset file in `folder` for `task` (FOLDER_FILES), or the folder itself where the task reads a folder (a
+    DOTA folder, a folder per class) or no file is there, so that the task's own check names what it takes."""
+    if task not in FOLDER_FILES:
+        return folder
+    name, suffix = FOLDER_FILES[task]
+    if (folder / name).is_file():
+        return folder / name
+    if task is TaskType.IMAGE_CLASSIFICATION and any(
+        p.is_dir() and not p.name.startswith(".") for p in folder.iterdir()
+    ):
+        return folder  # a folder per class
+    found = sorted(p for p in folder.iterdir() if p.is_file() and p.suffix.lower() == suffix)
+    if len(found) > 1:
+        raise DatasetError(
+            f"{folder} holds {len(found)} {suffix} files ({', '.join(p.name for p in found[:4])}); name the one to"
+            f" evaluate, or call it {name}"
+        )
+    return found[0] if found else folder
+
+
+def _not_one(source: Path, suffix: str, file_is: str) -> str:
+    """Why `source` is not the file a task reads: a folder without one, or a file that `file_is` (not one...)."""
+    if source.is_dir():
+        name = next(name for name, each in FOLDER_FILES.values() if each == suffix)
+        return f"{source} is a folder without {name} or another {suffix} file"
+    return f"{source} {file_is}"
 
 
 def image_size(path: Path, where: str) -> tuple[int, int]:

@@ -135,10 +135,10 @@ def locked(engine: Path) -> dict[str, str]:
 
 
 def test_cruft_update_brings_template_changes_and_keeps_the_users_model_and_dependencies(tmp_path, isolated):
-    """The user's model and a dependency `uv add` wrote (below the comment closing the template's dependencies)
-    stay through an update that changes the support package, the README, the demo and the template's own
-    dependencies: the two dependency lists merge without a conflict, uv.lock is left as the engine had it, and
-    `uv lock` then locks the merged pyproject.toml, moving nothing else."""
+    """The user's model and a dependency `uv add` wrote (below the comment closing the template's dependencies; a
+    clashing one refused before it, changing nothing) stay through an update that changes the support package, the
+    README, the demo and the template's own dependencies: the two dependency lists merge without a conflict, uv.lock
+    is left as the engine had it, and `uv lock` then locks the merged pyproject.toml, moving nothing else."""
     assert importlib.util.find_spec("cruft"), "cruft is not installed here: pip install -r requirements-dev.txt"
     template = template_repository(tmp_path, isolated)
     engine = cruft_engine(template, {"engine_name": "road-sign", "task_type": "Object Detection"}, tmp_path, isolated)
@@ -148,6 +148,12 @@ def test_cruft_update_brings_template_changes_and_keeps_the_users_model_and_depe
     # The user puts their model in, as the README tells them to, and a dependency of it.
     users_model = model_path.read_text().replace('"""', '"""Road signs, found by our own network.\n\n', 1)
     model_path.write_text(users_model)
+    # A package whose pins clash with the engine's (facenet-pytorch 2.6.0's pillow<10.3) is refused, naming the
+    # clash, and leaves every file as it was.
+    files = {name: (engine / name).read_bytes() for name in ("pyproject.toml", "uv.lock")}
+    refused = uv_run(engine, isolated, "add", "--no-sync", "facenet-pytorch==2.6.0")
+    assert refused.returncode != 0 and "pillow" in refused.stderr, refused.stderr
+    assert {name: (engine / name).read_bytes() for name in files} == files, "a refused uv add changed the engine"
     added = uv_run(engine, isolated, "add", "--no-sync", "onnxruntime==1.32.0")
     assert added.returncode == 0, added.stderr
     commit(engine, "our model", isolated)

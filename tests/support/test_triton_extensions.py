@@ -6,6 +6,7 @@ from mlserver.settings import ModelParameters, ModelSettings
 from mlserver.types import MetadataTensor
 
 from chariot_support.settings import EngineSettings
+from chariot_support.stages.histograms import StageHistograms
 from chariot_support.stages.timing import RuntimeStages
 from chariot_support.triton import messages
 from chariot_support.triton.config import model_config
@@ -49,17 +50,17 @@ def test_the_configuration_follows_batching_workers_copies_and_gpus():
 
 def test_statistics_count_requests_images_and_each_batch_once():
     names = {"m-demo": "m-demo", "m-deployed": "m-demo", "m-other": "m-other"}
-    answered: list = []  # what the stage histograms are handed: the answered requests' stages
-    stats = InferenceStatistics("m-demo", "1", names.__getitem__, answered.append)
+    histograms = StageHistograms()  # counted with the statistics: the answered requests' stages
+    stats = InferenceStatistics("m-demo", "1", names.__getitem__, histograms)
     stages = (1.0, 2.0, 1.0, 3.0, 4.0, 5.0, 2.0, 1.0)  # milliseconds, as the transports hand them
     # Two requests in one predict of three images (the first ran it), and one alone.
     runtime = RuntimeStages(0.003, 0.0, 0.004, 0.005, 0.002, seconds=0.014, images=2, batch=3, executed=True)
-    stats.record("m-demo", True, 0.02, 5.0, stages, runtime)
-    stats.record("m-deployed", True, 0.02, 5.0, stages, runtime._replace(images=1, executed=False))
-    stats.record(None, True, 0.01, 5.0, stages, runtime._replace(images=1, batch=1))
-    stats.record("m-demo", False, 0.5, 5.0, None, None)
-    stats.record("m-other", False, 0.5, 5.0, None, None)  # another model's: not this one's
-    assert answered == [stages] * 3
+    stats.answered((stages, 0.02, 5.0, runtime))
+    stats.answered((stages, 0.02, 5.0, runtime._replace(images=1, executed=False)))
+    stats.answered((stages, 0.01, 5.0, runtime._replace(images=1, batch=1)))
+    stats.failed("m-demo", 0.5, 5.0)
+    stats.failed("m-other", 0.5, 5.0)  # another model's: not this one's
+    assert 'chariot_request_stage_seconds_count{stage="read"} 3.0' in histograms.exposition().decode()
     got = stats.model_stats("m-deployed")
     assert got["name"] == "m-deployed" and got["version"] == "1"
     assert (got["inference_count"], got["execution_count"]) == (4, 2)

@@ -214,10 +214,10 @@ class ChariotInferenceServicer(GRPCInferenceServiceServicer):
                     model=name,
                     stages=stages,
                 )
-                runtime = None if answer is None else answer.answered.stages
-                afterwards.later(
-                    self._pipeline.statistics.record, name, status == 200, ended - started, ended, stages, runtime
-                )
+                if status == 200 and stages is not None:  # Triton's statistics, and the stage histograms
+                    self._pipeline.statistics.answered((stages, ended - started, ended, answer.answered.stages))
+                else:
+                    afterwards.later(self._pipeline.statistics.failed, name, ended - started, ended)
         if answer.headers:  # the request id and CloudEvents headers, which REST sends as response headers
             context.set_trailing_metadata(to_metadata(answer.headers))
         return response

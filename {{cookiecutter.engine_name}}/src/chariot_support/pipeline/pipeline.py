@@ -82,14 +82,13 @@ class Pipeline:
     def __init__(self, data_plane: Any, inner: Any):
         self.data_plane = data_plane
         self._inner = inner
-        # Every inference request, counted after its answer by the transport that served it (statistics.record, by
-        # the thread that does requests' work after their answers), whichever worker served it: in Triton's
-        # statistics, and the answered ones' stages in the histograms.
+        # Every inference request, handed over after its answer by the transport that served it, whichever worker
+        # served it: in Triton's statistics, and the answered ones' stages in the histograms.
         self.histograms = StageHistograms()
-        afterwards.at_batch_end(self.histograms.fold_if_many)
         self.statistics = InferenceStatistics(
-            data_plane.model_name, data_plane.engine.model_version, data_plane.resolve, self.histograms.observe
+            data_plane.model_name, data_plane.engine.model_version, data_plane.resolve, self.histograms
         )
+        afterwards.at_batch_end(self.statistics.fold_if_many)
         self.stopping = False  # the engine is draining: requests from now on are refused, those in flight answered
         self._in_flight = 0
         self._drained: asyncio.Event | None = None

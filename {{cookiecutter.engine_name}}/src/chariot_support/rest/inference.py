@@ -159,7 +159,7 @@ class InferenceFront:
                 model = match["name"] if kind == "v2" else self.pipeline.model_name
                 answer, stages = entry.get("answer"), entry.get("stages")
                 if stages is not None:  # now that the answer is written
-                    stages = (*stages[:-1], (ended - answer.answered_at) * 1000)
+                    stages = stages[:-1] + ((ended - answer.answered_at) * 1000,)
                 log_request(
                     protocol="rest",
                     method="POST",
@@ -173,15 +173,11 @@ class InferenceFront:
                 )
                 if self.metrics is not None:
                     self.metrics.finished("POST", route_template(kind, match), status, ended - started)
-                afterwards.later(
-                    self.pipeline.statistics.record,
-                    _model_addressed(kind, match) if answer is None else answer.model_name,
-                    status == 200,
-                    ended - started,
-                    ended,
-                    stages,
-                    None if answer is None else answer.answered.stages,
-                )
+                if status == 200 and stages is not None:  # Triton's statistics, and the stage histograms
+                    self.pipeline.statistics.answered((stages, ended - started, ended, answer.answered.stages))
+                else:
+                    failed = self.pipeline.statistics.failed
+                    afterwards.later(failed, _model_addressed(kind, match), ended - started, ended)
 
     async def _serve(
         self, scope, receive, send, kind: str, match: re.Match, raw: dict, headers: dict[str, str], started, entry
@@ -252,7 +248,8 @@ class InferenceFront:
         entry["answer"] = answer
         stages = entry["stages"] = stage_times((started, admission, arrived - started - admission, arrived), answer)
         response_headers = [(b"content-type", media_type.encode()), (b"content-length", b"%d" % len(content))]
-        response_headers += [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in extra.items()]
+        names = _HEADER_NAMES
+        response_headers += [(names.get(k) or _header_name(k), v.encode("latin-1")) for k, v in extra.items()]
         if self.server_timing:  # the total: to the answer, which the stages so far add up to
             timing = server_timing(stages, (answer.answered_at - started) * 1000)
             response_headers.append((b"server-timing", timing))
@@ -329,6 +326,17 @@ class InferenceFront:
         request = await asyncio.to_thread(lambda: dataclasses.replace(read(legacy.read_body(body)), id=request_id))
         answer = await self.pipeline.answer(request, headers, verb["name"], verb["version"], explain=name == "explain")
         return legacy.render(name, answer), "application/json", answer.headers, answer
+
+
+# The answers' header names as uvicorn sends them, encoded once: the engine's own and MLServer's (CloudEvents), a few.
+_HEADER_NAMES: dict[str, bytes] = {}
+
+
+def _header_name(name: str) -> bytes:
+    encoded = name.lower().encode("latin-1")
+    if len(_HEADER_NAMES) < 64:  # the engine's and MLServer's own names: never a client's, but bounded all the same
+        _HEADER_NAMES[name] = encoded
+    return encoded
 
 
 def _model_addressed(kind: str, match: re.Match) -> str | None:

@@ -1,16 +1,16 @@
 """The stages as Prometheus histograms, `chariot_request_stage_seconds{stage=...}`: one label, the stage, with one of
-eight values. Observed after the answer (after_answer.py) in the process the transports live in, so that every
-parallel worker's requests are counted the same; served on the metrics port after MLServer's own metrics.
+eight values. Counted in the process the transports live in, so that every parallel worker's requests are counted the
+same; served on the metrics port after MLServer's own metrics.
 
 Not prometheus_client's Histogram, whose observe took 2.1 us here (a lock per value, and files with parallel
 workers): eight of them were 2 % of a tiny request's CPU, and a bisect per stage in Python still 3.9 us. Each
-request's stages are kept as they came and counted into the buckets by numpy a few thousand at a time, or when a
-scrape reads them: a list's append on the way, 0.7 us a request in all."""
+request's stages are kept as they came with the rest of what Triton's statistics count (triton/statistics.py), and
+counted into the buckets by numpy a few thousand at a time, or when a scrape reads them."""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import numpy as np
 from prometheus_client import CollectorRegistry, generate_latest
@@ -41,13 +41,11 @@ BUCKETS = (
     30.0,
     60.0,
 )
-# Requests' stages kept before they are counted, checked after each batch of the work after answers: memory stays
-# bounded (a few MB at most) whether or not anyone scrapes.
-FOLD_EVERY = 4096
 
 
 class StageHistograms:
-    """One histogram per stage, observed from the thread that does requests' work after their answers."""
+    """One histogram per stage, counted by Triton's statistics (triton/statistics.py) as they fold the requests they
+    were handed, and read by a scrape once those have folded every request answered so far (`before_read`)."""
 
     def __init__(self, buckets: tuple[float, ...] = BUCKETS):
         self.buckets = buckets
@@ -55,37 +53,28 @@ class StageHistograms:
         self._width = len(buckets) + 1  # the last bucket: above every bound
         self._counts = np.zeros(len(STAGES) * self._width, np.int64)
         self._sums = np.zeros(len(STAGES))
-        self._pending: list[tuple[float, ...]] = []
-        # observe(stages): one request's stages (in STAGES' order, milliseconds), kept until the next fold; the
-        # list's own append, not a Python call of ours, on every request.
-        self.observe = self._pending.append
-        self._lock = threading.Lock()  # the observing thread folds, and so does a scrape
+        self.before_read: Callable[[], object] = lambda: None  # the statistics' fold
+        self._lock = threading.Lock()  # counted by the statistics' fold, read by a scrape
         self._registry = CollectorRegistry(auto_describe=False)
         self._registry.register(self)
 
-    def fold_if_many(self) -> None:
-        """Count the stages kept, once there are FOLD_EVERY of them (called after each batch of work after answers,
-        so that what is kept stays bounded whether or not anyone scrapes)."""
-        if len(self._pending) >= FOLD_EVERY:
-            self._fold()
-
-    def _fold(self) -> None:
+    def count(self, ms: np.ndarray) -> None:
+        """Count requests' stages: one row a request, in STAGES' order, in milliseconds (called under the
+        statistics' lock)."""
+        where = np.searchsorted(self._bounds, ms, side="left") + np.arange(len(STAGES)) * self._width
+        counts = np.bincount(where.ravel(), minlength=self._counts.size)
         with self._lock:
-            if not self._pending:
-                return
-            pending = self._pending[:]
-            del self._pending[: len(pending)]  # the same list (observe is its append), which may have grown meanwhile
-            seconds = np.array(pending, dtype=np.float64)
-            where = np.searchsorted(self._bounds, seconds, side="left") + np.arange(len(STAGES)) * self._width
-            self._counts += np.bincount(where.ravel(), minlength=self._counts.size)
-            self._sums += seconds.sum(axis=0)
+            self._counts += counts
+            self._sums += ms.sum(axis=0)
 
     def collect(self) -> Iterable[HistogramMetricFamily]:
-        self._fold()
+        self.before_read()
+        with self._lock:
+            counts = self._counts.reshape(len(STAGES), self._width).cumsum(axis=1)
+            seconds = (self._sums / 1000).tolist()
         family = HistogramMetricFamily(NAME, HELP, labels=["stage"])
         bounds = [*(repr(float(b)) for b in self.buckets), "+Inf"]
-        counts = self._counts.reshape(len(STAGES), self._width).cumsum(axis=1)
-        for stage, cumulative, total in zip(STAGES, counts.tolist(), (self._sums / 1000).tolist(), strict=True):
+        for stage, cumulative, total in zip(STAGES, counts.tolist(), seconds, strict=True):
             family.add_metric([stage], list(zip(bounds, cumulative, strict=True)), total)
         yield family
 

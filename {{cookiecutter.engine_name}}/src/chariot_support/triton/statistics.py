@@ -1,6 +1,6 @@
 """Triton's statistics extension for the one model an engine serves: what its inference requests did since the engine
-started, with Triton's fields and meanings, counted after each answer (after_answer.py) in the process the transports
-live in, so that requests served by any parallel worker, over REST or gRPC, are counted the same.
+started, with Triton's fields and meanings, handed over after each answer in the process the transports live in, so
+that requests served by any parallel worker, over REST or gRPC, are counted the same.
 
 How the engine's stages (stages/timing.py) map onto Triton's fields, for successful requests (Triton counts the
 stages of those only): `queue` is admission and queue (waiting for room, a thread or worker, a model copy, a batch),
@@ -11,11 +11,21 @@ once, with its batch's size, in `batch_stats`."""
 
 from __future__ import annotations
 
+import math
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
-from chariot_support.stages.timing import RuntimeStages
+import numpy as np
+
+from chariot_support.stages.histograms import StageHistograms
+from chariot_support.stages.timing import STAGES, RuntimeStages
+
+ADMISSION, QUEUE, DECODE, PREDICT, RESULTS = map(STAGES.index, ("admission", "queue", "decode", "predict", "results"))
+# Answered requests kept before they are counted, checked after each batch of the work after answers: memory stays
+# bounded (a few MB at most) whether or not anyone reads the statistics.
+FOLD_EVERY = 4096
 
 # Durations Triton's statistics hold that the engine has no use for: no response cache (MLSERVER_CACHE_ENABLED is
 # refused), so never a hit or a miss. Present at zero, as Triton gives them, for clients that read every field.
@@ -41,74 +51,99 @@ class _Batch:
 
 
 class InferenceStatistics:
-    """The served model's statistics. `record` is called by the thread that does requests' work after their answers;
-    `model_stats` reads them under that thread's lock (after_answer.Afterwards.snapshot)."""
+    """The served model's statistics. A request the pipeline answered is handed over with `answered((stages, seconds,
+    ended, runtime))` by the transport that served it, straight after its answer was written: a list's own append,
+    not a Python call of ours, on every request. The rows are counted a few thousand at a time by numpy (`fold`),
+    and whenever the statistics or the stage histograms are read; failures, rare, are counted one by one (`failed`,
+    by the thread that does requests' work after their answers). `model_stats` reads them under that thread's lock
+    (after_answer.Afterwards.snapshot)."""
 
     def __init__(
         self,
         model_name: str,
         version: str,
         resolve: Callable[[str], str],
-        answered: Callable[[tuple[float, ...]], object] | None = None,
+        histograms: StageHistograms | None = None,
     ):
         self.model_name = model_name
         self.version = version
         self._resolve = resolve  # the served model's name for a name a client used (pipeline/data_plane.resolve)
-        self._answered = answered  # handed each answered request's stages too (the stage histograms)
+        self._histograms = histograms  # the answered requests' stages are counted there too
         self.success = self.fail = 0
         self.success_s = self.fail_s = 0.0
         self.queue_ms = self.input_ms = self.infer_ms = self.output_ms = 0.0
         self.inferences = self.executions = 0
         self.batches: dict[int, _Batch] = {}
         self._last: float | None = None  # time.perf_counter() when the last inference ended
+        # Answered requests not counted yet: (stages, seconds, ended, runtime), with the stages in stages/timing.STAGES'
+        # order in milliseconds, the request's whole time in seconds, when it ended (time.perf_counter()) and what the
+        # runtime measured of it (RuntimeStages; None from a runtime that does not measure).
+        self._rows: list[tuple[tuple[float, ...], float, float, RuntimeStages | None]] = []
+        self.answered = self._rows.append
+        self._lock = threading.Lock()  # the thread after answers folds, and so do readers
+        if histograms is not None:
+            histograms.before_read = self.fold  # a scrape counts every request answered so far
 
-    def record(
-        self,
-        name: str | None,
-        ok: bool,
-        seconds: float,
-        ended: float,
-        stages: tuple[float, ...] | None,
-        runtime: RuntimeStages | None,
-    ) -> None:
-        """One inference request to `name` (None: the served model, as the root /infer addresses it), ended at
-        `ended` (time.perf_counter()) after `seconds`: answered (`ok`), with its `stages` (stages/timing.STAGES,
-        milliseconds) and what the runtime measured of it, or failed. Another model's (a name the engine does not
+    def fold_if_many(self) -> None:
+        """Count the answered requests kept, once there are FOLD_EVERY of them (called after each batch of work after
+        answers, so that what is kept stays bounded whether or not anyone reads the statistics)."""
+        if len(self._rows) >= FOLD_EVERY:
+            self.fold()
+
+    def fold(self) -> None:
+        """Count every answered request handed over so far."""
+        with self._lock:
+            if not self._rows:
+                return
+            rows = self._rows[:]
+            del self._rows[: len(rows)]  # the same list (answered is its append), which may have grown meanwhile
+            stages, seconds, ended, runtimes = zip(*rows, strict=True)
+            ms = np.array(stages, dtype=np.float64)
+            if self._histograms is not None:
+                self._histograms.count(ms)
+            sums = ms.sum(axis=0)
+            self.success += len(rows)
+            self.success_s += math.fsum(seconds)
+            self._last = max(ended) if self._last is None else max(self._last, *ended)
+            self.queue_ms += float(sums[ADMISSION] + sums[QUEUE])
+            self.input_ms += float(sums[DECODE])
+            self.infer_ms += float(sums[PREDICT])
+            self.output_ms += float(sums[RESULTS])
+            measured = [i for i, runtime in enumerate(runtimes) if runtime is not None]
+            if not measured:
+                return
+            # images, the predict call's batch size, whether this request's call ran it (counted once, with its first)
+            counts = np.array([runtimes[i][6:9] for i in measured], dtype=np.int64)
+            images, batch, executed = counts[:, 0], counts[:, 1], counts[:, 2].astype(bool)
+            self.inferences += int(images.sum())
+            self.executions += int(executed.sum())
+            ms = ms[measured]
+            for size in np.unique(batch).tolist():
+                of_size = batch == size
+                ran = of_size & executed
+                kept = self.batches.get(size)
+                if kept is None:
+                    kept = self.batches[size] = _Batch()
+                # Every request of a batch prepared its own images and takes its own results; the call is the batch's.
+                kept.input += float(ms[of_size, DECODE].sum())
+                kept.output += float(ms[of_size, RESULTS].sum())
+                kept.count += int(ran.sum())
+                kept.infer += float(ms[ran, PREDICT].sum())
+
+    def failed(self, name: str | None, seconds: float, ended: float) -> None:
+        """One inference request to `name` (None: the served model, as the root /infer addresses it) that was not
+        answered, ended at `ended` (time.perf_counter()) after `seconds`. Another model's (a name the engine does not
         serve) is not counted."""
         if name is not None and name != self.model_name and self._resolve(name) != self.model_name:
             return
-        self._last = ended
-        if not ok:
+        with self._lock:
+            self._last = ended if self._last is None else max(self._last, ended)
             self.fail += 1
             self.fail_s += seconds
-            return
-        self.success += 1
-        self.success_s += seconds
-        if stages is None:
-            return
-        if self._answered is not None:
-            self._answered(stages)
-        _, admission, _, queue, decode, predict, results, _ = stages
-        self.queue_ms += admission + queue
-        self.input_ms += decode
-        self.infer_ms += predict
-        self.output_ms += results
-        if runtime is None:
-            return
-        self.inferences += runtime.images
-        batch = self.batches.get(runtime.batch)
-        if batch is None:
-            batch = self.batches[runtime.batch] = _Batch()
-        # Every request of a batch prepared its own images and takes its own results; the call is the batch's one.
-        batch.input += decode
-        batch.output += results
-        if runtime.executed:
-            self.executions += 1
-            batch.count += 1
-            batch.infer += predict
 
     def model_stats(self, name: str | None = None) -> dict[str, Any]:
         """The model's statistics as Triton's `$model_stat` object, named as the client named it."""
+        self.fold()
         last = 0 if self._last is None else round((time.time() - (time.perf_counter() - self._last)) * 1000)
         success = self.success
         return {

@@ -39,6 +39,7 @@ class Afterwards:
     def _reset(self) -> None:
         self._pending: collections.deque = collections.deque()
         self._wake = threading.Event()
+        self._woken = False  # the event is set: the same as _wake.is_set(), without a Python call each time
         self._lock = threading.Lock()  # one doer at a time: the thread, or flush() from elsewhere
         self._thread: threading.Thread | None = None
 
@@ -60,7 +61,8 @@ class Afterwards:
                     self._thread = threading.Thread(target=self._run, name="chariot-afterwards", daemon=True)
                     self._thread.start()
         self._pending.append((work, args))
-        if not self._wake.is_set():  # the thread waits for a batch's first work: wake it (once a batch, not each time)
+        if not self._woken:  # the thread waits for a batch's first work: wake it (once a batch, not each time)
+            self._woken = True
             self._wake.set()
 
     def _run(self) -> None:
@@ -68,6 +70,7 @@ class Afterwards:
             self._wake.wait()
             time.sleep(BATCH_SECONDS)
             self._wake.clear()  # work queued from here on sets it again, or is done by the flush below
+            self._woken = False  # after the clear: work that saw it still True was queued before the flush
             self.flush()
 
     def flush(self) -> None:

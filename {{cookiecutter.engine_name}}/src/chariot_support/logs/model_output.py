@@ -14,8 +14,7 @@ import io
 import logging
 import sys
 import threading
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from contextvars import ContextVar
 from typing import Any, TextIO
 
@@ -29,14 +28,20 @@ _requests: ContextVar[tuple[str, ...]] = ContextVar("chariot_model_requests", de
 # engine's memory.
 
 
-@contextmanager
-def serving(request_ids: Sequence[str | None]) -> Iterator[None]:
-    """Mark what the model logs or writes in this block as written for these requests."""
-    token = _requests.set(tuple(str(i) for i in request_ids if i))
-    try:
-        yield
-    finally:
-        _requests.reset(token)
+class serving:  # noqa: N801 (used as a function: `with serving(ids)`)
+    """Mark what the model logs or writes in this block as written for these requests. A class, not a generator's
+    context manager, which cost each request 1.5 us more here."""
+
+    __slots__ = ("_ids", "_token")
+
+    def __init__(self, request_ids: Sequence[str | None]):
+        self._ids = tuple(str(i) for i in request_ids if i)
+
+    def __enter__(self) -> None:
+        self._token = _requests.set(self._ids)
+
+    def __exit__(self, *exc_info) -> None:
+        _requests.reset(self._token)
 
 
 def request_fields() -> dict[str, Any]:

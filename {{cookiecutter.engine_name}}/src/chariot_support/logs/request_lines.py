@@ -9,8 +9,7 @@ import logging
 import os
 import re
 import time
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import Any
@@ -267,15 +266,19 @@ def header_request_id(headers: Mapping[str, str]) -> str | None:
     return found[1] if found else None
 
 
-@contextmanager
-def request_entry() -> Iterator[dict[str, Any]]:
-    """What the request served in this block learns about itself (its id), for its log line."""
-    entry: dict[str, Any] = {}
-    token = _current.set(entry)
-    try:
-        yield entry
-    finally:
-        _current.reset(token)
+class request_entry:  # noqa: N801 (used as a function: `with request_entry() as entry`)
+    """What the request served in this block learns about itself (its id), for its log line. A class, not a
+    generator's context manager, which cost each request 1.5 us more here."""
+
+    __slots__ = ("_entry", "_token")
+
+    def __enter__(self) -> dict[str, Any]:
+        self._entry: dict[str, Any] = {}
+        self._token = _current.set(self._entry)
+        return self._entry
+
+    def __exit__(self, *exc_info) -> None:
+        _current.reset(self._token)
 
 
 def note_request_id(request_id: str | None) -> None:

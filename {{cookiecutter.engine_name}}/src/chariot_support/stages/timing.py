@@ -66,9 +66,9 @@ def stage_times(received: Received, answer: Any, ended: float | None = None) -> 
 
 # W3C Server-Timing: one metric per stage before the write (the header goes out before it), and the total so far,
 # in milliseconds.
-_SERVER_TIMING = ", ".join(f"{name};dur=%.3f" for name in (*STAGES[:-1], "total"))
+_SERVER_TIMING = ", ".join(f"{name};dur=%.3f" for name in (*STAGES[:-1], "total")).encode()
 
 
 def server_timing(stages: tuple[float, ...], total: float) -> bytes:
     """The Server-Timing header's value for a request's `stages` and its `total` milliseconds so far."""
-    return (_SERVER_TIMING % (*stages[:-1], total)).encode()
+    return _SERVER_TIMING % (stages[:-1] + (total,))
